@@ -1,0 +1,89 @@
+"""Well-formedness of graph IR: every use defined once before it is used, every dim bound, and
+struct info consistent with the primitives' shape and dtype rules."""
+from __future__ import annotations
+
+import sympy
+
+from ..errors import InconclusiveDimensionError, ShapeError
+from ..ir import Function, IRModule, Literal, Var
+from ..shapes import ShapeEnv, dim_str
+
+
+class VerificationError(AssertionError):
+    """The IR is malformed (a compiler bug, not a user error)."""
+
+
+class _AssumingEnv(ShapeEnv):
+    """Relations that tracing decided by guards or run-time checks are taken as given;
+    only relations that are provably false are errors."""
+
+    def decide(self, op, a, b, what="comparison"):
+        r = self.try_prove(op, a, b)
+        return True if r is None else r
+
+    def require_eq(self, a, b, what):
+        if self.try_prove("==", a, b) is False:
+            raise ShapeError(f"{what}: {dim_str(a)} != {dim_str(b)}")
+        return a
+
+    def concrete(self, d, what):
+        raise InconclusiveDimensionError(what)
+
+
+def verify(module: IRModule) -> None:
+    for fn in module.functions.values():
+        if isinstance(fn, Function):
+            verify_function(fn)
+
+
+def verify_function(fn: Function) -> None:
+    def err(msg):
+        raise VerificationError(f"in {fn.name}: {msg}\n{fn}")
+
+    defined: set = set()
+    bound = set(fn.dim_vars)
+    env = _AssumingEnv("explicit", fn.bounds)
+    for p in fn.params:
+        if p in defined:
+            err("a parameter appears twice")
+        defined.add(p)
+
+    def check_atom(a, where):
+        if isinstance(a, Var):
+            if a not in defined:
+                err(f"{where} uses a value before it is defined")
+        elif isinstance(a, Literal):
+            if isinstance(a.value, sympy.Basic):
+                unbound = a.value.free_symbols - bound
+                if unbound:
+                    err(f"{where} uses dims {sorted(s.name for s in unbound)} that nothing binds")
+        else:
+            err(f"{where}: {a!r} is not an atom")
+
+    for i, b in enumerate(fn.bindings):
+        where = f"binding {i} ({b.callee.name})"
+        for a in b.args:
+            check_atom(a, where)
+        if b.kind == "primitive":
+            try:
+                types = b.callee.abstract_eval(env, [a.type for a in b.args], b.params)
+            except (ShapeError, TypeError, ValueError) as e:
+                err(f"{where}: shape/dtype rule fails on the recorded operands: {e}")
+            if len(types) != len(b.outvars):
+                err(f"{where}: {len(b.outvars)} results recorded, the rule gives {len(types)}")
+            for t, v in zip(types, b.outvars):
+                same = (t.dtype == v.type.dtype and len(t.shape) == len(v.type.shape) and all(
+                    env.try_prove("==", x, y) is not False for x, y in zip(t.shape, v.type.shape)))
+                if not same:
+                    err(f"{where}: recorded type {v.type} disagrees with the rule's {t}")
+        for v in b.outvars:
+            if v in defined:
+                err(f"{where} redefines a value")
+            defined.add(v)
+            new = v.type.free_symbols() - bound
+            if new and getattr(b.callee, "kind", "") != "data_dependent":
+                err(f"{where}: result type {v.type} uses dims {sorted(s.name for s in new)} "
+                    f"that nothing binds")
+            bound |= new
+    for r in fn.results:
+        check_atom(r, "return")

@@ -1,0 +1,333 @@
+"""Primitives, tracers and the trace context: ``bind`` is the single interception point.
+
+``bind(prim, *args, **params)`` either evaluates the primitive's reference implementation on
+NumPy arrays (eager mode, no tracer among the arguments) or records a binding in the active
+:class:`TraceContext` and returns tracers whose struct info the primitive's shape and dtype
+rules deduced.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import sympy
+
+from . import dtypes as dt
+from .errors import ShapeError, TracerConversionError
+from .ir import Binding, Literal, TensorType, Var
+from .shapes import ShapeEnv, SymbolicDim, current_env, use_env, wrap_dim, _value_hook
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class Primitive:
+    """A graph-level operation, with everything that defines it in one place.
+
+    * ``shape_rule(env, *types, **params)`` -> output shape (or list of shapes);
+      proves the relations it needs through ``env``;
+    * ``dtype_rule(*types, **params)`` -> output dtype (or list);
+    * ``impl(*arrays, **params)`` -> NumPy result(s): the reference semantics;
+    * ``kind``: how fusion will see it (elementwise, broadcast, injective, reduction,
+      output_fusable, opaque, data_dependent).
+    """
+
+    def __init__(self, name: str, *, shape_rule: Callable, dtype_rule: Callable, impl: Callable,
+                 kind: str = "opaque", multiple_results: bool = False, weak_rule: Callable | None = None):
+        self.name = name
+        self.shape_rule = shape_rule
+        self.dtype_rule = dtype_rule
+        self.impl = impl
+        self.kind = kind
+        self.multiple_results = multiple_results
+        self.weak_rule = weak_rule or (lambda *types, **p: False)
+        PRIMITIVES[name] = self
+
+    def abstract_eval(self, env: ShapeEnv, types: Sequence[TensorType], params: dict) -> list[TensorType]:
+        shapes = self.shape_rule(env, *types, **params)
+        dtypes = self.dtype_rule(*types, **params)
+        weak = self.weak_rule(*types, **params)
+        if not self.multiple_results:
+            shapes, dtypes = [shapes], [dtypes]
+        elif not isinstance(dtypes, (list, tuple)):
+            dtypes = [dtypes] * len(shapes)
+        return [TensorType(tuple(s), np.dtype(d), bool(weak)) for s, d in zip(shapes, dtypes)]
+
+    def bind(self, *args, **params):
+        return bind(self, args, params)
+
+    def __repr__(self) -> str:
+        return f"Primitive({self.name})"
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+# ---------------------------------------------------------------------------------------
+# Trace context
+# ---------------------------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def current_trace() -> "TraceContext | None":
+    stack = getattr(_state, "stack", None)
+    return stack[-1] if stack else None
+
+
+class TraceContext:
+    """Records bindings while a Python function runs on tracers."""
+
+    def __init__(self, env: ShapeEnv):
+        self.env = env
+        self.bindings: list[Binding] = []
+        self.alive = True
+
+    def __enter__(self):
+        if not hasattr(_state, "stack"):
+            _state.stack = []
+        _state.stack.append(self)
+        self._env_cm = use_env(self.env)
+        self._env_cm.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._env_cm.__exit__(*exc)
+        _state.stack.pop()
+        self.alive = False
+
+    def new_param(self, type: TensorType, hint: str) -> "Tracer":
+        return Tracer(self, Var(type, hint))
+
+    def atom(self, x: Any):
+        """Operand -> IR atom: a Var for our tracers, a Literal for constants and dims."""
+        if isinstance(x, Tracer):
+            if x.ctx is not self:
+                raise TracerConversionError(
+                    "a traced value escaped from the function that traced it (a leaked tracer); "
+                    "return it from the jitted function instead of storing it")
+            return x.atom
+        if isinstance(x, SymbolicDim):
+            return Literal(self.env.canon(x.expr), TensorType((), np.dtype("int64"), True))
+        if isinstance(x, (np.ndarray, np.generic)):
+            arr = np.asarray(x)
+            dt.canonical(arr.dtype)
+            return Literal(arr, TensorType(arr.shape, arr.dtype))
+        if isinstance(x, (bool, int, float)):
+            d = dt.WEAK_DEFAULT[type(x)]
+            return Literal(np.asarray(x, d), TensorType((), d, True))
+        raise TypeError(f"cannot use a {type(x).__name__} as an array operand")
+
+    def emit(self, prim: Primitive, args: Sequence[Any], params: dict):
+        atoms = [self.atom(a) for a in args]
+        types = [a.type.substitute(self.env.subst) for a in atoms]
+        try:
+            out_types = prim.abstract_eval(self.env, types, params)
+        except ShapeError as e:
+            _add_location(e)
+            raise
+        outvars = [Var(t) for t in out_types]
+        self.bindings.append(Binding(outvars, prim, atoms, params, user_source()))
+        outs = [Tracer(self, v) for v in outvars]
+        return outs if prim.multiple_results else outs[0]
+
+
+def _add_location(e: Exception) -> None:
+    src = user_source()
+    if src and hasattr(e, "add_note") and not getattr(e, "_rj_located", False):
+        e.add_note(f"  (traced at {src})")
+        e._rj_located = True  # type: ignore[attr-defined]
+
+
+def user_source() -> str | None:
+    """file:line of the innermost frame outside relaxjax (the user's line being traced)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fname = f.f_code.co_filename
+        if not fname.startswith(_PACKAGE_DIR):
+            return f"{os.path.basename(fname)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def find_trace(args: Sequence[Any]) -> TraceContext | None:
+    for a in args:
+        if isinstance(a, Tracer):
+            if not a.ctx.alive:
+                raise TracerConversionError(
+                    "a traced value from a finished trace was used (a leaked tracer); "
+                    "return it from the jitted function instead of storing it")
+            return a.ctx
+    for a in args:
+        if isinstance(a, SymbolicDim):
+            return current_trace()
+    return None
+
+
+def _has_symbolic(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_has_symbolic(x) for x in v)
+    return isinstance(v, sympy.Basic)
+
+
+def bind(prim: Primitive, args: Sequence[Any], params: dict):
+    trace = find_trace(args)
+    if trace is None and _has_symbolic(list(params.values())):
+        trace = current_trace()   # creation ops with symbolic sizes (zeros((n, 4)))
+    if trace is not None:
+        return trace.emit(prim, args, params)
+    return eval_eager(prim, args, params)
+
+
+def eval_eager(prim: Primitive, args: Sequence[Any], params: dict):
+    """Run the reference implementation, checking it against the shape and dtype rules."""
+    arrays = [np.asarray(a) for a in args]
+    for a in arrays:
+        dt.canonical(a.dtype)
+    types = [TensorType(a.shape, a.dtype) for a in arrays]
+    out_types = prim.abstract_eval(ShapeEnv("explicit"), types, params)
+    outs = prim.impl(*arrays, **params)
+    outs = list(outs) if prim.multiple_results else [outs]
+    outs = [np.asarray(o) for o in outs]
+    for o, t in zip(outs, out_types):
+        if o.shape != t.shape or o.dtype != t.dtype:
+            raise AssertionError(f"internal error: {prim.name} produced {o.dtype}{list(o.shape)}, "
+                                 f"its rules say {t}")
+    return outs if prim.multiple_results else outs[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Tracer
+# ---------------------------------------------------------------------------------------
+
+class Tracer:
+    """A traced array: its operators and methods build IR through relaxjax.numpy."""
+    __slots__ = ("ctx", "atom")
+    __array_priority__ = 1000
+
+    def __init__(self, ctx: TraceContext, atom):
+        self.ctx = ctx
+        self.atom = atom
+
+    @property
+    def type(self) -> TensorType:
+        return self.atom.type.substitute(self.ctx.env.subst)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(wrap_dim(d) for d in self.type.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.atom.type.dtype
+
+    @property
+    def weak_type(self) -> bool:
+        return self.atom.type.weak
+
+    @property
+    def ndim(self) -> int:
+        return len(self.atom.type.shape)
+
+    @property
+    def size(self):
+        from .shapes import prod
+        return wrap_dim(prod(self.type.shape))
+
+    def __len__(self):
+        if not self.ndim:
+            raise TypeError("len() of a 0-d array")
+        d = self.type.shape[0]
+        return d if isinstance(d, int) else self.ctx.env.concrete(d, "len() of a traced array")
+
+    def __repr__(self) -> str:
+        return f"Tracer<{self.type}>"
+
+    # Python control flow on traced values cannot work: say so precisely.
+    def __bool__(self):
+        raise TracerConversionError(
+            f"the truth value of a traced array ({self.type}) is only known at run time; "
+            f"use relaxjax.numpy.where (or a static argument) instead of Python if/while")
+
+    def _no_concrete(self, what):
+        raise TracerConversionError(
+            f"{what} of a traced array ({self.type}) is only known at run time; "
+            f"keep it as an array, or make the argument static (static_argnums)")
+
+    def __int__(self): self._no_concrete("int()")
+    def __float__(self): self._no_concrete("float()")
+    def __index__(self): self._no_concrete("an index")
+    def __array__(self, dtype=None, copy=None): self._no_concrete("numpy conversion")
+
+    def __iter__(self):
+        n = len(self)
+        return (self[i] for i in range(n))
+
+    def __hash__(self):
+        return id(self)
+
+    # NumPy ufuncs on tracers dispatch to relaxjax.numpy (np.exp(x) works inside @jit)
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import numpy as rnp
+        fn = getattr(rnp, ufunc.__name__, None)
+        if method != "__call__" or fn is None or kwargs:
+            return NotImplemented
+        return fn(*inputs)
+
+
+def _install_operators():
+    from . import numpy as rnp
+    binops = {"add": rnp.add, "sub": rnp.subtract, "mul": rnp.multiply, "truediv": rnp.true_divide,
+              "floordiv": rnp.floor_divide, "mod": rnp.mod, "pow": rnp.power, "matmul": rnp.matmul,
+              "and": rnp.bitwise_and, "or": rnp.bitwise_or, "xor": rnp.bitwise_xor,
+              "lshift": rnp.left_shift, "rshift": rnp.right_shift}
+    for name, fn in binops.items():
+        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
+        setattr(Tracer, f"__r{name}__", lambda a, b, fn=fn: fn(b, a))
+    cmps = {"lt": rnp.less, "le": rnp.less_equal, "gt": rnp.greater, "ge": rnp.greater_equal,
+            "eq": rnp.equal, "ne": rnp.not_equal}
+    for name, fn in cmps.items():
+        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
+    Tracer.__neg__ = lambda a: rnp.negative(a)
+    Tracer.__pos__ = lambda a: a
+    Tracer.__abs__ = lambda a: rnp.abs(a)
+    Tracer.__invert__ = lambda a: rnp.invert(a)
+    Tracer.__getitem__ = lambda a, idx: rnp._indexing.getitem(a, idx)
+    for name in ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin",
+                 "any", "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel",
+                 "flatten", "clip", "round", "take", "repeat", "cumsum"):
+        if hasattr(rnp, name) or name in ("astype", "flatten"):
+            setattr(Tracer, name, _method(name))
+    Tracer.T = property(lambda a: rnp.transpose(a))
+    Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))
+
+    def dim_value_op(dim, other, opname, reflected):
+        fn = {"truediv": rnp.true_divide, "pow": rnp.power, "_add": rnp.add, "_sub": rnp.subtract,
+              "_mul_": rnp.multiply, "floordiv": rnp.floor_divide, "mod": rnp.mod}.get(opname)
+        if fn is None or find_trace([dim, other]) is None and not isinstance(other, (int, float)):
+            return NotImplemented
+        if current_trace() is None:
+            raise TypeError(f"cannot compute {opname} of the symbolic dim {dim} with "
+                            f"{type(other).__name__} outside a trace")
+        return fn(other, dim) if reflected else fn(dim, other)
+    _value_hook.append(dim_value_op)
+
+
+def _method(name):
+    def m(self, *args, **kwargs):
+        from . import numpy as rnp
+        if name == "astype":
+            return rnp.astype(self, *args, **kwargs)
+        if name == "flatten":
+            return rnp.ravel(self)
+        if name == "reshape" and args and not isinstance(args[0], (tuple, list)) and len(args) > 1:
+            args = (args,)
+        if name == "reshape" and len(args) == 1 and not isinstance(args[0], (tuple, list)):
+            args = ((args[0],),)
+        if name == "transpose" and args and not isinstance(args[0], (tuple, list)):
+            args = (args,)
+        return getattr(rnp, name)(self, *args, **kwargs)
+    m.__name__ = name
+    return m

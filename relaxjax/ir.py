@@ -1,0 +1,232 @@
+"""The graph-level IR: a module of functions of straight-line bindings.
+
+Every value carries its struct info (:class:`TensorType`: dtype + symbolic shape).  A binding
+calls one of three kinds of callee, side by side (the cross-level IR of the Relax paper):
+
+* a graph :class:`~relaxjax.core.Primitive` (``add``, ``matmul``, ...);
+* a loop-level tensor program (``call_tir``), any callee object with ``kind == "tir"``;
+* an external library function (``call_library``), any callee with ``kind == "library"``.
+
+Control flow and transformations are meant to come as interpreters over this IR; a
+binding's ``params`` may later hold nested :class:`Function` regions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence, Union
+
+import numpy as np
+import sympy
+
+from . import dtypes as dt
+from .shapes import Dim, Guard, dim_str, free_symbols, is_symbolic, INF
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Struct info of a value: symbolic shape, dtype, and NEP 50 weakness (Python scalars)."""
+    shape: tuple
+    dtype: np.dtype
+    weak: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{dt.short_name(self.dtype)}[{', '.join(dim_str(d) for d in self.shape)}]"
+
+    def free_symbols(self) -> frozenset:
+        out: frozenset = frozenset()
+        for d in self.shape:
+            out |= free_symbols(d)
+        return out
+
+    def substitute(self, subst: dict) -> "TensorType":
+        if not subst:
+            return self
+        from .shapes import normalize
+        shape = tuple(normalize(d.xreplace(subst)) if is_symbolic(d) else d for d in self.shape)
+        return TensorType(shape, self.dtype, self.weak)
+
+
+class Var:
+    """A value defined once (a parameter or a binding output).  Identity is the name."""
+    __slots__ = ("type", "hint")
+
+    def __init__(self, type: TensorType, hint: str | None = None):
+        self.type = type
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"Var({self.hint or hex(id(self))}: {self.type})"
+
+
+@dataclass(frozen=True, eq=False)
+class Literal:
+    """A constant operand: a scalar, a symbolic dim used as a value, or a NumPy array."""
+    value: Any
+    type: TensorType
+
+    def text(self) -> str:
+        v = self.value
+        if is_symbolic(v):
+            return dim_str(v)
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            if v.size <= 6:
+                return f"{dt.short_name(v.dtype)}{v.tolist()}"
+            return f"const({self.type})"
+        v = np.asarray(v).item()
+        return repr(v)
+
+
+Atom = Union[Var, Literal]
+
+
+@dataclass(eq=False)
+class Binding:
+    """``outvars = callee(*args, **params)``; ``source`` is the user's file:line."""
+    outvars: list
+    callee: Any
+    args: list
+    params: dict = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return getattr(self.callee, "kind", "primitive")
+
+
+@dataclass(eq=False)
+class Function:
+    """A graph function: typed parameters, bindings, results.
+
+    ``dim_vars`` are bound from the parameters' shapes when the function is called;
+    data-dependent bindings (``nonzero``, ``match_cast``) bind further dims as they run.
+    ``bounds`` and ``guards`` are the constraints the function was traced under.
+    """
+    name: str
+    params: list
+    param_names: list
+    bindings: list
+    results: list
+    bounds: dict = field(default_factory=dict)
+    guards: list = field(default_factory=list)
+
+    @property
+    def dim_vars(self) -> list:
+        seen: dict = {}
+        for p in self.params:
+            for d in p.type.shape:
+                for s in sorted(free_symbols(d), key=lambda s: s.name):
+                    seen.setdefault(s, None)
+        return list(seen)
+
+    def vars(self) -> Iterator[Var]:
+        yield from self.params
+        for b in self.bindings:
+            yield from b.outvars
+
+    def __str__(self) -> str:
+        return print_function(self)
+
+
+@dataclass(eq=False)
+class IRModule:
+    """Functions by name; ``entry`` is the one a jitted function calls."""
+    functions: dict
+    entry: str
+
+    @property
+    def main(self) -> Function:
+        return self.functions[self.entry]
+
+    def with_function(self, fn: Function) -> "IRModule":
+        return IRModule({**self.functions, fn.name: fn}, self.entry)
+
+    def __str__(self) -> str:
+        return "\n\n".join(str(f) if isinstance(f, Function) else f.text()
+                           for f in self.functions.values())
+
+    as_text = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# Printer
+# ---------------------------------------------------------------------------------------
+
+def _names() -> Iterator[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for c in letters:
+        yield c
+    i = 0
+    while True:
+        for c in letters:
+            yield f"{c}{i}"
+        i += 1
+
+
+def format_param(v: Any) -> str:
+    if isinstance(v, (int, sympy.Basic)) and not isinstance(v, bool):
+        return dim_str(v)
+    if isinstance(v, np.dtype):
+        return dt.short_name(v)
+    if isinstance(v, tuple):
+        inner = ", ".join(format_param(x) for x in v)
+        return f"({inner}{',' if len(v) == 1 else ''})"
+    if isinstance(v, list):
+        return "[" + ", ".join(format_param(x) for x in v) + "]"
+    if isinstance(v, Function):
+        return f"@{v.name}"
+    return repr(v)
+
+
+def print_function(fn: Function) -> str:
+    reserved = {s.name for s in fn.dim_vars} | set(fn.param_names)
+    for b in fn.bindings:
+        for v in b.outvars:
+            reserved |= {s.name for s in v.type.free_symbols()}
+    gen = (n for n in _names() if n not in reserved)
+    names: dict = {}
+    for p, n in zip(fn.params, fn.param_names):
+        names[p] = n
+
+    def atom(a) -> str:
+        if isinstance(a, Var):
+            if a not in names:
+                return f"<undefined {a!r}>"
+            return names[a]
+        return a.text()
+
+    def rtype(a) -> str:
+        if isinstance(a, Literal) and is_symbolic(a.value) or (
+                isinstance(a, Literal) and isinstance(a.value, int) and a.type.weak):
+            return "int"
+        return str(a.type)
+
+    params = ", ".join(f"{n}: {p.type}" for p, n in zip(fn.params, fn.param_names))
+    rtypes = [rtype(r) for r in fn.results]
+    ret = rtypes[0] if len(rtypes) == 1 else "(" + ", ".join(rtypes) + ")"
+    lines = [f"def {fn.name}({params}) -> {ret}:"]
+    custom = {s: b for s, b in fn.bounds.items() if b != (1, INF)}
+    if custom:
+        lines.append("  # " + ", ".join(
+            f"{s.name} in [{lo}, {'inf' if hi == INF else hi}]"
+            for s, (lo, hi) in sorted(custom.items(), key=lambda kv: kv[0].name)))
+    if fn.guards:
+        lines.append("  # guards: " + ", ".join(str(g) for g in fn.guards))
+    for b in fn.bindings:
+        for v in b.outvars:
+            names[v] = next(gen)
+        lhs = ", ".join(f"{names[v]}: {v.type}" for v in b.outvars)
+        args = [atom(a) for a in b.args]
+        args += [f"{k}={format_param(v)}" for k, v in b.params.items()]
+        if b.kind == "tir":
+            call = f"call_tir({b.callee.name}, {', '.join(args)})"
+        elif b.kind == "library":
+            call = f"call_library({b.callee.name!r}, {', '.join(args)})"
+        else:
+            call = f"{b.callee.name}({', '.join(args)})"
+        lines.append(f"  {lhs} = {call}")
+    lines.append("  return " + ", ".join(atom(r) for r in fn.results))
+    return "\n".join(lines)

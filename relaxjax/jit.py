@@ -1,0 +1,584 @@
+"""``jit``: trace once per symbolic signature, cache, bind dims per call, run on a backend."""
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from . import dtypes as dt
+from .backends import get_backend
+from .compile.passes import Pass, default_pipeline, run_pipeline
+from .compile.verify import verify
+from .core import TraceContext, Tracer, current_trace
+from .errors import ShapeError
+from .ir import Function, IRModule, Literal, TensorType, Var
+from .shapes import (INF, ShapeEnv, SymbolicDim, as_dim, dim_str, free_symbols, is_symbolic,
+                     normalize, symbol)
+from .signature import Binder, make_binder
+
+
+class ShapeDtypeStruct:
+    """An abstract array: a shape of ints, symbolic dims or dim names, and a dtype."""
+
+    def __init__(self, shape: Sequence, dtype: Any):
+        self.shape = tuple(shape)
+        self.dtype = dt.canonical(dtype)
+        for d in self.shape:
+            if not isinstance(d, (int, np.integer, SymbolicDim, str)) or isinstance(d, bool):
+                raise TypeError(f"ShapeDtypeStruct dims must be ints, dims or names, got {d!r}")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dims(self) -> tuple:
+        """Internal dims; string entries name dims with default bounds."""
+        return tuple(symbol(d) if isinstance(d, str) else as_dim(d) for d in self.shape)
+
+    def bounds(self) -> dict:
+        out: dict = {}
+        for d in self.shape:
+            if isinstance(d, SymbolicDim):
+                out.update(d.bounds)
+            elif isinstance(d, str):
+                out.setdefault(symbol(d), (1, INF))
+        return out
+
+    def __repr__(self) -> str:
+        return f"ShapeDtypeStruct(shape=({', '.join(str(d) for d in self.shape)}), dtype={self.dtype})"
+
+    def __eq__(self, other):
+        return isinstance(other, ShapeDtypeStruct) and self.dtype == other.dtype and \
+            self.dims() == other.dims()
+
+    def __hash__(self):
+        return hash((self.dims(), self.dtype))
+
+
+@dataclass
+class CacheInfo:
+    hits: int
+    misses: int
+    compiles: int
+    entries: int
+
+
+@dataclass
+class _Entry:
+    module: IRModule
+    executable: Callable
+    binder: Binder
+    out_tree: Any
+    out_kinds: list          # per output leaf: ("value", i) | ("dim", i) | ("const", v)
+    trace_seconds: float
+
+
+_PY_SCALARS = (bool, int, float)
+
+
+def _leaf_kind(x, name: str):
+    if isinstance(x, np.ndarray):
+        dt.canonical(x.dtype)
+        return "array"
+    if isinstance(x, np.generic):
+        dt.canonical(x.dtype)
+        return "array"
+    if isinstance(x, _PY_SCALARS):
+        return "scalar"
+    if isinstance(x, ShapeDtypeStruct):
+        return "struct"
+    if isinstance(x, Tracer):
+        return "tracer"
+    raise TypeError(f"argument {name}: unsupported type {type(x).__name__}; jitted functions take "
+                    f"arrays, Python scalars and pytrees of them (mark other arguments static "
+                    f"with static_argnums/static_argnames)")
+
+
+def _ident(s: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in s).strip("_") or "arg"
+    return out if not out[0].isdigit() else f"a{out}"
+
+
+def _path_name(argname: str, path: tuple) -> tuple[str, str]:
+    """(display name like params['w'], identifier like params_w) for a pytree leaf."""
+    disp, ident = argname, argname
+    for k in path:
+        disp += f"[{k!r}]"
+        ident += f"_{k}"
+    return disp, _ident(ident)
+
+
+class Lowered:
+    """A traced and lowered function: ``as_text()`` prints its IR; ``compile()`` builds it."""
+
+    def __init__(self, jitted: "Jitted", module: IRModule, entry_builder):
+        self._jitted = jitted
+        self.module = module
+        self._build = entry_builder
+
+    def as_text(self) -> str:
+        return str(self.module)
+
+    def __str__(self) -> str:
+        return self.as_text()
+
+    def compile(self, pipeline: Sequence[Pass] | None = None) -> "Compiled":
+        return Compiled(self._build(pipeline))
+
+
+class Compiled:
+    """A compiled entry: callable with arrays that satisfy its symbolic signature."""
+
+    def __init__(self, entry: _Entry):
+        self._entry = entry
+
+    def as_text(self) -> str:
+        return str(self._entry.module)
+
+
+class Jitted:
+    """The object ``jit`` returns.  See :func:`jit`."""
+
+    def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
+                 backend: str = "numpy", pipeline: Sequence[Pass] | None = None):
+        self.fun = fun
+        functools.update_wrapper(self, fun)
+        self.backend = backend
+        get_backend(backend)       # fail early on an unknown backend
+        self.pipeline = list(pipeline) if pipeline is not None else None
+        self.shapes = shapes
+        try:
+            self._sig = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._sig = None
+        self.static_argnums = tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) \
+            else (static_argnums,)
+        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        if self._sig is not None:
+            params = list(self._sig.parameters.values())
+            for n in names:
+                pos = next((i for i, p in enumerate(params) if p.name == n and
+                            p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)), None)
+                if pos is not None and pos not in self.static_argnums:
+                    self.static_argnums += (pos,)
+        self.static_argnames = names
+        self._cache: dict = {}
+        self._hits = self._misses = self._compiles = 0
+
+    # -- public API -----------------------------------------------------------------------
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(self._hits, self._misses, self._compiles,
+                         sum(len(v) for v in self._cache.values()))
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._hits = self._misses = self._compiles = 0
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        """Trace for these arguments (arrays or ShapeDtypeStructs) without running anything."""
+        call = self._prepare(args, kwargs)
+        module, build = self._trace(call)
+        return Lowered(self, module, build)
+
+    def __call__(self, *args, **kwargs):
+        call = self._prepare(args, kwargs)
+        if call.has_tracer:                       # jit inside jit: inline
+            return self.fun(*args, **kwargs)
+        if call.has_struct:
+            raise TypeError("ShapeDtypeStruct arguments are for lower()/make_ir(), not for calls")
+        entries = self._cache.setdefault(call.key, [])
+        shapes = call.shapes
+        for entry in entries:
+            dims = entry.binder(shapes)
+            if isinstance(dims, tuple):
+                self._hits += 1
+                return self._run(entry, dims, call)
+        self._misses += 1
+        if entries and self.shapes is not None and not call.any_auto:
+            # explicit signature: the only entry was rejected -> say precisely why
+            entry = entries[0]
+            raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, entry.binder(shapes)))
+        module, build = self._trace(call)
+        entry = build(self.pipeline)
+        self._compiles += 1
+        entries.append(entry)
+        dims = entry.binder(shapes)
+        if not isinstance(dims, tuple):
+            raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, dims))
+        return self._run(entry, dims, call)
+
+    # -- calls ---------------------------------------------------------------------------
+    def _prepare(self, args, kwargs) -> "_Call":
+        return _Call(self, args, kwargs)
+
+    def _run(self, entry: _Entry, dims: tuple, call: "_Call"):
+        D = dict(zip(entry.binder.names, dims))
+        arrays = call.arrays()
+        outs = entry.executable(D, arrays)
+        leaves = []
+        for kind, v in entry.out_kinds:
+            if kind == "value":
+                leaves.append(outs[v])
+            elif kind == "dim":
+                leaves.append(int(outs[v]))
+            else:
+                leaves.append(v)
+        return optree.tree_unflatten(entry.out_tree, leaves)
+
+    # -- tracing -------------------------------------------------------------------------
+    def _trace(self, call: "_Call"):
+        t0 = time.perf_counter()
+        env = ShapeEnv("auto" if call.any_auto else "explicit")
+        ctx = TraceContext(env)
+        params, names, leaf_names = [], [], []
+        taken: set = set()
+        for leaf in call.leaves:
+            t = leaf.struct_type(env, taken)
+            tr = ctx.new_param(t, leaf.ident)
+            params.append(tr)
+            names.append(_unique(leaf.ident, names))
+            leaf_names.append(leaf.display)
+        with ctx:
+            args, kwargs = call.rebuild(params)
+            out = self.fun(*args, **kwargs)
+            out_leaves, out_tree = optree.tree_flatten(out, none_is_leaf=False)
+            results, kinds = [], []
+            for o in out_leaves:
+                if isinstance(o, Tracer):
+                    kinds.append(("value", len(results)))
+                    results.append(ctx.atom(o))
+                elif isinstance(o, SymbolicDim):
+                    kinds.append(("dim", len(results)))
+                    results.append(ctx.atom(o))
+                elif isinstance(o, (np.ndarray, np.generic)):
+                    kinds.append(("value", len(results)))
+                    results.append(ctx.atom(np.asarray(o)))
+                elif isinstance(o, _PY_SCALARS) or o is None:
+                    kinds.append(("const", o))
+                else:
+                    raise TypeError(f"{self.__name__} returned a {type(o).__name__}; return arrays, "
+                                    f"scalars, dims or pytrees of them")
+        fn = _finalize(self.__name__, env, [p.atom for p in params], names, ctx.bindings, results)
+        module = IRModule({fn.name: fn}, fn.name)
+        verify(module)
+        trace_seconds = time.perf_counter() - t0
+        binder = make_binder([p.type.shape for p in fn.params], leaf_names, fn.bounds, fn.guards,
+                             self.__name__)
+
+        def build(pipeline):
+            lowered = run_pipeline(module, pipeline if pipeline is not None else default_pipeline())
+            exe = get_backend(self.backend)(lowered)
+            return _Entry(lowered, exe, binder, out_tree, kinds, trace_seconds)
+        return module, build
+
+
+def _unique(name: str, taken: list) -> str:
+    if name not in taken:
+        return name
+    i = 1
+    while f"{name}_{i}" in taken:
+        i += 1
+    return f"{name}_{i}"
+
+
+def _subst_value(v, subst):
+    if isinstance(v, (tuple, list)):
+        return type(v)(_subst_value(x, subst) for x in v)
+    if is_symbolic(v):
+        return normalize(v.xreplace(subst))
+    return v
+
+
+def _finalize(name, env: ShapeEnv, params, param_names, bindings, results) -> Function:
+    """Apply the equalities found while tracing to every type and dim in the function."""
+    subst = env.subst
+    if subst:
+        for v in params:
+            v.type = v.type.substitute(subst)
+        cache: dict = {}
+
+        def lit(a):
+            if isinstance(a, Literal):
+                if id(a) not in cache:
+                    cache[id(a)] = Literal(_subst_value(a.value, subst), a.type.substitute(subst))
+                return cache[id(a)]
+            return a
+        for b in bindings:
+            for v in b.outvars:
+                v.type = v.type.substitute(subst)
+            b.args = [lit(a) for a in b.args]
+            b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
+        results = [lit(r) for r in results]
+    syms = set()
+    for p in params:
+        syms |= p.type.free_symbols()
+    for b in bindings:
+        for v in b.outvars:
+            syms |= v.type.free_symbols()
+    bounds = {s: env.bounds.get(s, (1, INF)) for s in syms}
+    return Function(name, list(params), list(param_names), list(bindings), results, bounds,
+                    env.final_guards())
+
+
+class _Leaf:
+    __slots__ = ("value", "kind", "display", "ident", "struct")
+
+    def __init__(self, value, kind, display, ident, struct=None):
+        self.value, self.kind, self.display, self.ident, self.struct = value, kind, display, ident, struct
+
+    def shape(self):
+        return np.shape(self.value) if self.kind != "struct" else None
+
+    def struct_type(self, env: ShapeEnv, taken: set) -> TensorType:
+        if self.struct is not None:                     # explicit: declared dims and bounds
+            s = self.struct
+            for sym, b in s.bounds().items():
+                if sym not in env.bounds:
+                    env.declare(sym, *b)
+            return TensorType(s.dims(), s.dtype)
+        if self.kind == "scalar":
+            d = dt.WEAK_DEFAULT[type(self.value)]
+            return TensorType((), d, True)
+        a = np.asarray(self.value)
+        dims = []
+        for ax, n in enumerate(a.shape):
+            if n in (0, 1):
+                dims.append(n)                          # sizes 0 and 1 are specialized
+                continue
+            base = self.ident if not self.ident[-1].isdigit() else self.ident + "_"
+            nm, k = f"{base}{ax}", 0
+            while nm in taken:
+                k += 1
+                nm = f"{base}{ax}_{k}"
+            taken.add(nm)
+            s = symbol(nm)
+            env.declare(s, 2, INF, value=n)
+            dims.append(s)
+        return TensorType(tuple(dims), a.dtype)
+
+
+class _Call:
+    """One call's arguments split into static values and array leaves, with its cache key."""
+
+    def __init__(self, jitted: Jitted, args, kwargs):
+        self.jitted = jitted
+        sig = jitted._sig
+        if sig is not None:
+            try:
+                ba = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{jitted.__name__}: {e}") from None
+            ba.apply_defaults()
+            args, kwargs = ba.args, dict(ba.kwargs)
+            argnames = list(sig.parameters)
+            var_pos = next((p.name for p in sig.parameters.values() if p.kind == p.VAR_POSITIONAL), None)
+        else:
+            argnames, var_pos = [], None
+        self.args, self.kwargs = tuple(args), dict(kwargs)
+        statics = []
+        for i in jitted.static_argnums:
+            if i >= len(self.args):
+                raise ValueError(f"static_argnums {i} is out of range for {len(self.args)} arguments")
+            statics.append((i, self.args[i]))
+        for n in jitted.static_argnames:
+            if n in self.kwargs:
+                statics.append((n, self.kwargs[n]))
+        try:
+            static_key = tuple(statics)
+            hash(static_key)
+        except TypeError:
+            raise TypeError(f"{jitted.__name__}: static arguments must be hashable, "
+                            f"got {[type(v).__name__ for _, v in statics]}") from None
+        self.static_pos = {i for i, _ in statics if isinstance(i, int)}
+        self.static_names = {n for n, _ in statics if isinstance(n, str)}
+        dyn_args = [a for i, a in enumerate(self.args) if i not in self.static_pos]
+        dyn_kwargs = {k: v for k, v in self.kwargs.items() if k not in self.static_names}
+        dyn_names = [(argnames[i] if i < len(argnames) and argnames[i] != var_pos else
+                      f"{var_pos or 'arg'}{i}") for i in range(len(self.args)) if i not in self.static_pos]
+        # explicit shapes, one per dynamic positional argument (None: automatic for that one)
+        specs = self._shape_specs(jitted, dyn_args)
+        self.leaves: list[_Leaf] = []
+        treedefs = []
+        self.has_tracer = self.has_struct = False
+        self.any_auto = False
+        for (name, value, spec) in ([(n, a, s) for n, a, s in zip(dyn_names, dyn_args, specs)] +
+                                    [(k, v, None) for k, v in dyn_kwargs.items()]):
+            paths, leaves, td = optree.tree_flatten_with_path(value, none_is_leaf=False)
+            treedefs.append(td)
+            spec_leaves = [None] * len(leaves)
+            if spec is not None:
+                s_leaves, s_td = optree.tree_flatten(spec, none_is_leaf=False,
+                                                     is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
+                if len(s_leaves) != len(leaves):
+                    raise TypeError(f"{jitted.__name__}: shapes for argument {name} have "
+                                    f"{len(s_leaves)} leaves, the argument has {len(leaves)}")
+                spec_leaves = s_leaves
+            for path, leaf, sp in zip(paths, leaves, spec_leaves):
+                disp, ident = _path_name(name, path)
+                kind = _leaf_kind(leaf, disp)
+                if kind == "tracer":
+                    self.has_tracer = True
+                if kind == "struct":
+                    self.has_struct = True
+                    sp = leaf
+                if sp is None and kind != "struct":
+                    self.any_auto = True
+                self.leaves.append(_Leaf(leaf, kind, disp, ident, sp))
+        self.treedefs = treedefs
+        if self.has_tracer:
+            return
+        self.shapes = tuple(np.shape(l.value) if l.kind != "struct" else None for l in self.leaves)
+        if specs_given := any(l.struct is not None for l in self.leaves):
+            for l in self.leaves:
+                if l.struct is not None and l.kind != "struct":
+                    self._check_explicit(l)
+        leaf_keys = tuple(self._leaf_key(l) for l in self.leaves)
+        self.key = (tuple(treedefs), tuple(dyn_kwargs), leaf_keys, static_key, specs_given)
+
+    @staticmethod
+    def _shape_specs(jitted, dyn_args):
+        if jitted.shapes is None:
+            return [None] * len(dyn_args)
+        specs = jitted.shapes
+        if isinstance(specs, ShapeDtypeStruct):
+            specs = (specs,)
+        specs = list(specs)
+        if len(specs) != len(dyn_args):
+            raise TypeError(f"{jitted.__name__}: shapes= has {len(specs)} entries for "
+                            f"{len(dyn_args)} non-static positional arguments")
+        return specs
+
+    def _check_explicit(self, l: _Leaf):
+        s = l.struct
+        value = l.value
+        d = np.asarray(value).dtype if l.kind == "array" else None
+        if l.kind == "scalar":
+            if s.ndim != 0:
+                raise ShapeError(f"argument {l.display}: expected an array of rank {s.ndim} "
+                                 f"{s.shape}, got a Python scalar")
+            return
+        if d != s.dtype:
+            raise TypeError(f"argument {l.display}: expected dtype {s.dtype}, got {d}")
+        if np.ndim(value) != s.ndim:
+            raise ShapeError(f"argument {l.display}: expected rank {s.ndim} "
+                             f"({', '.join(str(x) for x in s.shape)}), got rank {np.ndim(value)} "
+                             f"with shape {np.shape(value)}")
+
+    @staticmethod
+    def _leaf_key(l: _Leaf):
+        if l.struct is not None:
+            return ("explicit", l.struct.dtype, l.struct.ndim)
+        if l.kind == "scalar":
+            return ("scalar", type(l.value))
+        a = l.value
+        return (a.dtype, tuple(n if n < 2 else -1 for n in np.shape(a)))
+
+    def arrays(self) -> list:
+        out = []
+        for l in self.leaves:
+            if l.kind == "scalar":
+                out.append(np.asarray(l.value, dt.WEAK_DEFAULT[type(l.value)]) if l.struct is None
+                           else np.asarray(l.value, l.struct.dtype))
+            else:
+                out.append(np.asarray(l.value))
+        return out
+
+    def rebuild(self, param_tracers):
+        """The function's arguments with array leaves replaced by tracers."""
+        it = iter(param_tracers)
+        i_td = iter(self.treedefs)
+        args = []
+        for i, a in enumerate(self.args):
+            if i in self.static_pos:
+                args.append(a)
+            else:
+                td = next(i_td)
+                args.append(optree.tree_unflatten(td, [next(it) for _ in range(td.num_leaves)]))
+        kwargs = {}
+        for k, v in self.kwargs.items():
+            if k in self.static_names:
+                kwargs[k] = v
+            else:
+                td = next(i_td)
+                kwargs[k] = optree.tree_unflatten(td, [next(it) for _ in range(td.num_leaves)])
+        sig = self.jitted._sig
+        if sig is not None:
+            # re-split into what the function accepts (positional-or-keyword stay positional)
+            ba = inspect.BoundArguments(sig, _ordered(sig, args, kwargs))
+            return ba.args, ba.kwargs
+        return tuple(args), kwargs
+
+
+def _ordered(sig, args, kwargs):
+    import collections
+    out = collections.OrderedDict()
+    names = list(sig.parameters)
+    pos_i = 0
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            out[p.name] = tuple(args[pos_i:])
+            pos_i = len(args)
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            if pos_i < len(args):
+                out[p.name] = args[pos_i]
+                pos_i += 1
+        elif p.kind == p.VAR_KEYWORD:
+            out[p.name] = {k: v for k, v in kwargs.items() if k not in names}
+        elif p.name in kwargs:
+            out[p.name] = kwargs[p.name]
+    return out
+
+
+def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_argnames=(),
+        backend: str = "numpy", pipeline: Sequence[Pass] | None = None):
+    """Compile ``fun`` for dynamic shapes.
+
+    Without ``shapes`` (automatic mode) the first call makes every dimension of size >= 2 a
+    symbol and specializes sizes 0 and 1; what the trace needs to know about a symbol is
+    recorded as a guard, and a call that fails a guard traces a new entry.  With ``shapes``
+    (one :class:`ShapeDtypeStruct` pytree per positional argument) the declared symbolic
+    signature is the contract: calls that break it raise :class:`ShapeError`.
+    """
+    if fun is None:
+        return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,
+                             static_argnames=static_argnames, backend=backend, pipeline=pipeline)
+    return Jitted(fun, shapes=shapes, static_argnums=static_argnums, static_argnames=static_argnames,
+                  backend=backend, pipeline=pipeline)
+
+
+def make_ir(fun: Callable, **jit_kwargs) -> Callable[..., IRModule]:
+    """``make_ir(f)(*args)`` -> the traced graph IR (prints as text), for arrays or structs."""
+    def trace(*args, **kwargs) -> IRModule:
+        return jit(fun, **jit_kwargs).lower(*args, **kwargs).module
+    return trace
+
+
+def match_cast(x, shape: Sequence):
+    """Assert that ``x`` has ``shape`` (ints, dims, or names of new dims bound at run time)."""
+    from . import lax
+    from .numpy._base import arr
+    x = arr(x)
+    ctx = current_trace()
+    dims = []
+    for d in shape:
+        if isinstance(d, str):
+            s = symbol(d)
+            if ctx is not None and s not in ctx.env.bounds:
+                ctx.env.declare(s, 0, INF)
+                ctx.env.data_dependent.add(s)
+            dims.append(s)
+        else:
+            dims.append(as_dim(d, "match_cast dim"))
+    if not isinstance(x, Tracer):          # eager: check what is concrete
+        if len(dims) != np.ndim(x):
+            raise ShapeError(f"match_cast: array of rank {np.ndim(x)} cannot match a shape of rank {len(dims)}")
+        for i, (have, want) in enumerate(zip(np.shape(x), dims)):
+            if isinstance(want, int) and have != want:
+                raise ShapeError(f"match_cast axis {i}: array has {have}, expected {want}")
+        return x
+    return lax.match_cast.bind(x, shape=tuple(dims))

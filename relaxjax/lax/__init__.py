@@ -1,0 +1,9 @@
+"""Primitives: strict-dtype graph operations, each with its shape rule, dtype rule and
+NumPy reference implementation.  ``relaxjax.numpy`` is the NumPy-compatible layer on top."""
+from .elementwise import *  # noqa: F401,F403
+from .elementwise import abs, max, min, pow, round  # noqa: F401  (names shadowing builtins)
+from .reduction import reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or, argmax, argmin  # noqa: F401
+from .structural import reshape, transpose, broadcast_to, concatenate, slice, pad, iota  # noqa: F401
+from .indexing import take, take_along_axis, nonzero, boolean_mask, match_cast  # noqa: F401
+from .linalg import matmul  # noqa: F401
+from ..core import PRIMITIVES, Primitive, bind  # noqa: F401

@@ -1,0 +1,146 @@
+"""Elementwise primitives: unary and binary families, select, convert.
+
+Binary primitives broadcast like NumPy (as Relax's ops do) but are strict about dtypes:
+``relaxjax.numpy`` promotes operands first.  Every primitive here is one line plus its
+NumPy reference.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..core import Primitive
+from .util import broadcast_shapes, same_dtype
+
+FLOAT_ONLY = "float"
+ANY = "any"
+
+
+def _unary_shape(env, x, **p):
+    return x.shape
+
+
+def _weak_all(*types, **p):
+    return all(t.weak for t in types)
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+        return erf(x).astype(x.dtype)
+    except ImportError:  # scipy is optional; math.erf is exact but slow
+        return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+
+
+def unary(name: str, impl, *, out: str = "same", accepts: str = ANY) -> Primitive:
+    """An elementwise unary primitive.  ``out``: "same" dtype or "bool"."""
+    def dtype_rule(x, **p):
+        if accepts == FLOAT_ONLY and not dt.is_float(x.dtype):
+            raise TypeError(f"{name} requires a floating-point operand, got {x.dtype}")
+        return np.dtype(bool) if out == "bool" else x.dtype
+
+    def ref(x):
+        r = impl(x)
+        return np.asarray(r, dtype=bool if out == "bool" else x.dtype)
+
+    return Primitive(name, shape_rule=_unary_shape, dtype_rule=dtype_rule, impl=ref,
+                     kind="elementwise", weak_rule=_weak_all)
+
+
+def binary(name: str, impl, *, out: str = "same") -> Primitive:
+    def shape_rule(env, x, y, **p):
+        return broadcast_shapes(env, [x.shape, y.shape], name)
+
+    def dtype_rule(x, y, **p):
+        d = same_dtype(x, y, what=name)
+        return np.dtype(bool) if out == "bool" else d
+
+    def ref(x, y):
+        return np.asarray(impl(x, y), dtype=bool if out == "bool" else x.dtype)
+
+    return Primitive(name, shape_rule=shape_rule, dtype_rule=dtype_rule, impl=ref,
+                     kind="elementwise", weak_rule=_weak_all)
+
+
+neg = unary("neg", np.negative)
+abs = unary("abs", np.abs)
+sign = unary("sign", np.sign)
+exp = unary("exp", np.exp, accepts=FLOAT_ONLY)
+exp2 = unary("exp2", np.exp2, accepts=FLOAT_ONLY)
+log = unary("log", np.log, accepts=FLOAT_ONLY)
+log2 = unary("log2", np.log2, accepts=FLOAT_ONLY)
+log1p = unary("log1p", np.log1p, accepts=FLOAT_ONLY)
+expm1 = unary("expm1", np.expm1, accepts=FLOAT_ONLY)
+sqrt = unary("sqrt", np.sqrt, accepts=FLOAT_ONLY)
+sin = unary("sin", np.sin, accepts=FLOAT_ONLY)
+cos = unary("cos", np.cos, accepts=FLOAT_ONLY)
+tan = unary("tan", np.tan, accepts=FLOAT_ONLY)
+asin = unary("asin", np.arcsin, accepts=FLOAT_ONLY)
+acos = unary("acos", np.arccos, accepts=FLOAT_ONLY)
+atan = unary("atan", np.arctan, accepts=FLOAT_ONLY)
+sinh = unary("sinh", np.sinh, accepts=FLOAT_ONLY)
+cosh = unary("cosh", np.cosh, accepts=FLOAT_ONLY)
+tanh = unary("tanh", np.tanh, accepts=FLOAT_ONLY)
+erf = unary("erf", _erf, accepts=FLOAT_ONLY)
+floor = unary("floor", np.floor)                           # identity on integers, like NumPy 2
+ceil = unary("ceil", np.ceil)
+trunc = unary("trunc", np.trunc)
+round = unary("round", np.round)                           # half to even, like NumPy
+log10 = unary("log10", np.log10, accepts=FLOAT_ONLY)
+asinh = unary("asinh", np.arcsinh, accepts=FLOAT_ONLY)
+acosh = unary("acosh", np.arccosh, accepts=FLOAT_ONLY)
+atanh = unary("atanh", np.arctanh, accepts=FLOAT_ONLY)
+reciprocal = unary("reciprocal", np.reciprocal)
+is_nan = unary("is_nan", np.isnan, out="bool")
+is_inf = unary("is_inf", np.isinf, out="bool")
+is_finite = unary("is_finite", np.isfinite, out="bool")
+not_ = unary("not", np.invert)                              # logical on bool, bitwise on ints
+
+add = binary("add", np.add)
+sub = binary("sub", np.subtract)
+mul = binary("mul", np.multiply)
+div = binary("div", np.true_divide)                        # floats only (numpy layer promotes)
+floor_div = binary("floor_div", np.floor_divide)
+rem = binary("rem", np.mod)                                 # sign of the divisor, like NumPy
+pow = binary("pow", np.power)
+max = binary("max", np.maximum)                             # NaN-propagating, like np.maximum
+min = binary("min", np.minimum)
+atan2 = binary("atan2", np.arctan2)
+and_ = binary("and", np.bitwise_and)
+or_ = binary("or", np.bitwise_or)
+xor = binary("xor", np.bitwise_xor)
+shift_left = binary("shift_left", np.left_shift)
+shift_right = binary("shift_right", np.right_shift)
+eq = binary("eq", np.equal, out="bool")
+ne = binary("ne", np.not_equal, out="bool")
+lt = binary("lt", np.less, out="bool")
+le = binary("le", np.less_equal, out="bool")
+gt = binary("gt", np.greater, out="bool")
+ge = binary("ge", np.greater_equal, out="bool")
+
+
+def _select_shape(env, pred, on_true, on_false):
+    return broadcast_shapes(env, [pred.shape, on_true.shape, on_false.shape], "select")
+
+
+def _select_dtype(pred, on_true, on_false):
+    if not dt.is_bool(pred.dtype):
+        raise TypeError(f"select requires a bool predicate, got {pred.dtype}")
+    return same_dtype(on_true, on_false, what="select")
+
+
+select = Primitive("select", shape_rule=_select_shape, dtype_rule=_select_dtype,
+                   impl=lambda p, a, b: np.where(p, a, b), kind="elementwise",
+                   weak_rule=lambda p, a, b: a.weak and b.weak)
+
+
+def _convert_impl(x, *, dtype, weak=False):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(dtype)
+
+
+convert = Primitive("convert", shape_rule=lambda env, x, **p: x.shape,
+                    dtype_rule=lambda x, *, dtype, weak=False: dtype, impl=_convert_impl,
+                    kind="elementwise", weak_rule=lambda x, *, dtype, weak=False: weak)

@@ -1,0 +1,52 @@
+"""Reductions over a set of axes (the numpy layer handles keepdims, dtypes and composites)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import Primitive
+from ..errors import ShapeError
+from ..shapes import dim_str
+
+
+def _reduce_shape(env, x, *, axes):
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None) -> Primitive:
+    """``identity=False``: the reduction has no identity (max/min), so empty axes are an error."""
+    def shape_rule(env, x, *, axes):
+        if not identity:
+            for a in axes:
+                if env.try_prove("==", x.shape[a], 0):
+                    raise ShapeError(f"{name}: zero-size axis {a} has no identity")
+        return _reduce_shape(env, x, axes=axes)
+
+    def dtype_rule(x, *, axes):
+        return np.dtype(out_dtype) if out_dtype else x.dtype
+
+    def impl(x, *, axes):
+        return np.asarray(np_fn(x, axis=axes), dtype=out_dtype or x.dtype)
+
+    return Primitive(name, shape_rule=shape_rule, dtype_rule=dtype_rule, impl=impl, kind="reduction")
+
+
+reduce_sum = reduction("reduce_sum", np.sum)
+reduce_prod = reduction("reduce_prod", np.prod)
+reduce_max = reduction("reduce_max", np.max, identity=False)
+reduce_min = reduction("reduce_min", np.min, identity=False)
+reduce_and = reduction("reduce_and", np.all, out_dtype=bool)
+reduce_or = reduction("reduce_or", np.any, out_dtype=bool)
+
+
+def _arg_reduction(name, np_fn):
+    def shape_rule(env, x, *, axis):
+        if env.try_prove("==", x.shape[axis], 0):
+            raise ShapeError(f"{name}: attempt to get {name} of an empty axis ({dim_str(x.shape[axis])})")
+        return _reduce_shape(env, x, axes=(axis,))
+    return Primitive(name, shape_rule=shape_rule, dtype_rule=lambda x, *, axis: np.dtype("int64"),
+                     impl=lambda x, *, axis: np.asarray(np_fn(x, axis=axis), dtype=np.int64),
+                     kind="reduction")
+
+
+argmax = _arg_reduction("argmax", np.argmax)
+argmin = _arg_reduction("argmin", np.argmin)

@@ -1,0 +1,135 @@
+"""Shape and layout primitives: reshape, transpose, broadcast_to, concatenate, slice, pad, iota.
+
+Their params may hold symbolic dims; a backend evaluates them with the bound dim values.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import Primitive
+from ..errors import ShapeError
+from ..shapes import dim_str, prod
+from .util import same_dtype
+
+
+def _shape_str(s) -> str:
+    return "(" + ", ".join(dim_str(d) for d in s) + ")"
+
+
+def _same(x, **p):
+    return x.dtype
+
+
+# reshape: the element count must be provably preserved
+def _reshape_shape(env, x, *, new_sizes):
+    env.require_eq(prod(x.shape), prod(new_sizes),
+                   f"reshape {_shape_str(x.shape)} -> {_shape_str(new_sizes)}: element counts differ")
+    return new_sizes
+
+
+reshape = Primitive("reshape", shape_rule=_reshape_shape, dtype_rule=_same,
+                    impl=lambda x, *, new_sizes: x.reshape(new_sizes), kind="injective",
+                    weak_rule=lambda x, **p: x.weak)
+
+
+def _transpose_shape(env, x, *, perm):
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"transpose: axes {perm} are not a permutation of {x.ndim} axes")
+    return tuple(x.shape[p] for p in perm)
+
+
+transpose = Primitive("transpose", shape_rule=_transpose_shape, dtype_rule=_same,
+                      impl=lambda x, *, perm: np.transpose(x, perm), kind="injective")
+
+
+def _broadcast_to_shape(env, x, *, shape):
+    if x.ndim > len(shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast {_shape_str(x.shape)} to the smaller "
+                         f"rank {_shape_str(shape)}")
+    lead = len(shape) - x.ndim
+    for i, d in enumerate(x.shape):
+        if isinstance(d, int) and d == 1:
+            continue
+        env.require_eq(d, shape[lead + i], f"broadcast_to {_shape_str(x.shape)} -> {_shape_str(shape)}, "
+                                           f"axis {lead + i}")
+    return shape
+
+
+broadcast_to = Primitive("broadcast_to", shape_rule=_broadcast_to_shape, dtype_rule=_same,
+                         impl=lambda x, *, shape: np.broadcast_to(x, shape).copy(), kind="broadcast",
+                         weak_rule=lambda x, **p: x.weak)
+
+
+def _concat_shape(env, *xs, axis):
+    first = xs[0]
+    for x in xs[1:]:
+        if x.ndim != first.ndim:
+            raise ShapeError(f"concatenate: all inputs need rank {first.ndim}, got {x}")
+    out = list(first.shape)
+    for i in range(first.ndim):
+        if i == axis:
+            continue
+        for x in xs[1:]:
+            out[i] = env.require_eq(out[i], x.shape[i], f"concatenate on axis {axis}: axis {i} differs "
+                                                         f"({_shape_str(first.shape)} vs {_shape_str(x.shape)})")
+    from ..shapes import normalize
+    import sympy
+    out[axis] = normalize(sympy.expand(sum((sympy.sympify(x.shape[axis]) for x in xs), sympy.Integer(0))))
+    return tuple(out)
+
+
+concatenate = Primitive("concatenate", shape_rule=_concat_shape,
+                        dtype_rule=lambda *xs, axis: same_dtype(*xs, what="concatenate"),
+                        impl=lambda *xs, axis: np.concatenate(xs, axis=axis), kind="injective")
+
+
+# slice: start, size and (non-zero int) step per axis, already normalised by the numpy layer
+def _slice_shape(env, x, *, start, size, step):
+    # The numpy layer clamps start/size; here we only reject what is provably out of bounds.
+    for ax, (d, b, n, s) in enumerate(zip(x.shape, start, size, step)):
+        if env.try_prove("==", n, 0):
+            continue
+        last = b + (n - 1) * s
+        for v in (b, last):
+            if env.try_prove("<", v, 0) or env.try_prove(">=", v, d):
+                raise ShapeError(f"slice axis {ax}: elements {dim_str(b)} .. {dim_str(last)} are out "
+                                 f"of bounds for size {dim_str(d)}")
+    return tuple(size)
+
+
+def _slice_impl(x, *, start, size, step):
+    idx = []
+    for b, n, s in zip(start, size, step):
+        if n == 0:
+            idx.append(slice(0, 0))
+            continue
+        end = b + n * s
+        idx.append(slice(b, end if end >= 0 else None, s))
+    return x[tuple(idx)]
+
+
+slice = Primitive("slice", shape_rule=_slice_shape, dtype_rule=_same, impl=_slice_impl,
+                  kind="injective")
+
+
+def _pad_shape(env, x, value, *, low, high):
+    if value.ndim != 0:
+        raise ShapeError("pad: the padding value must be a scalar")
+    return tuple(d + lo + hi for d, lo, hi in zip(x.shape, low, high))
+
+
+pad = Primitive("pad", shape_rule=_pad_shape,
+                dtype_rule=lambda x, v, **p: same_dtype(x, v, what="pad"),
+                impl=lambda x, v, *, low, high: np.pad(x, list(zip(low, high)), constant_values=v),
+                kind="injective")
+
+
+def _iota_shape(env, *, shape, dimension, dtype):
+    return shape
+
+
+iota = Primitive("iota", shape_rule=_iota_shape, dtype_rule=lambda *, shape, dimension, dtype: dtype,
+                 impl=lambda *, shape, dimension, dtype: np.broadcast_to(
+                     np.arange(shape[dimension], dtype=dtype).reshape(
+                         [-1 if i == dimension else 1 for i in range(len(shape))]), shape).copy(),
+                 kind="injective")

@@ -1,0 +1,198 @@
+"""Indexing: basic slicing with symbolic bounds, integer-array gathers, boolean masks, nonzero."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import lax
+from ..core import Tracer, current_trace
+from ..errors import InconclusiveDimensionError
+from ..lax.util import normalize_axis
+from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize
+from ._base import arr, cast, dtype_of, env, shape
+
+
+def _index_bound(v, d, step_positive: bool, what: str):
+    """Normalise a start/stop against a dim of size ``d`` the way Python slices do."""
+    e = env()
+    v = as_dim(v, what)
+    lo, hi = (0, d) if step_positive else (-1, d - 1)
+    if e.try_prove(">=", v, 0):
+        return v if e.try_prove("<=", v, hi) else hi if e.try_prove(">=", v, hi) else dmin(v, hi)
+    if e.try_prove("<", v, 0):
+        w = normalize(d + v)
+        return w if e.try_prove(">=", w, lo) else lo if e.try_prove("<=", w, lo) else dmax(w, lo)
+    raise InconclusiveDimensionError(
+        f"slice {what} {dim_str(v)} may be negative or not; NumPy would count a negative bound from "
+        f"the end. Fix: write the bound so that its sign is known (e.g. n - 1 with n >= 1).")
+
+
+def _normalize_slice(sl: slice, d):
+    """slice -> (start, size, step) with internal dims."""
+    step = 1 if sl.step is None else sl.step
+    if isinstance(step, SymbolicDim) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"slice steps must be static ints, got {step!r}")
+    step = int(step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    e = env()
+    if step > 0:
+        start = 0 if sl.start is None else _index_bound(sl.start, d, True, "start")
+        stop = d if sl.stop is None else _index_bound(sl.stop, d, True, "stop")
+        span = normalize(stop - start)
+        size = floordiv(span + step - 1, step) if step != 1 else span
+    else:
+        start = normalize(d - 1) if sl.start is None else _index_bound(sl.start, d, False, "start")
+        stop = -1 if sl.stop is None else _index_bound(sl.stop, d, False, "stop")
+        span = normalize(start - stop)
+        size = floordiv(span - step - 1, -step) if step != -1 else span
+    if not e.try_prove(">=", size, 0):
+        size = dmax(size, 0)
+    return start, normalize(size), step
+
+
+def slice_axis(a, axis: int, start, stop):
+    """``a`` restricted to ``start:stop`` on one axis (stop None = the end)."""
+    nd = len(shape(a))
+    idx = tuple(slice(start, stop) if i == axis else slice(None) for i in range(nd))
+    return getitem(a, idx)
+
+
+def _is_int_index(v) -> bool:
+    return isinstance(v, (int, np.integer, SymbolicDim)) and not isinstance(v, bool)
+
+
+def _is_array_index(v) -> bool:
+    return isinstance(v, (Tracer, np.ndarray, list)) or (isinstance(v, bool))
+
+
+def getitem(a, idx):
+    """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
+    integer-array index, or one leading boolean mask."""
+    a = arr(a)
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    # a boolean mask that covers the leading axes
+    arrays = [i for i, v in enumerate(idx) if _is_array_index(v)]
+    if arrays and any(dt.is_bool(dtype_of(arr(idx[i]))) for i in arrays):
+        if len(idx) != 1:
+            raise IndexError("a boolean mask index must be the only index (x[mask]); "
+                             "index the result in a second step")
+        return boolean_mask(a, idx[0])
+    n_ell = sum(1 for v in idx if v is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
+    nd = len(shape(a))
+    if consumed > nd:
+        raise IndexError(f"too many indices for array: array is {nd}-dimensional, "
+                         f"but {consumed} were indexed")
+    if n_ell:
+        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
+        idx = idx[:pos] + (slice(None),) * (nd - consumed) + idx[pos + 1:]
+    else:
+        idx = idx + (slice(None),) * (nd - consumed)
+    if len(arrays) > 1:
+        raise IndexError("only one integer-array index is supported; use take_along_axis or index "
+                         "in several steps")
+
+    s = shape(a)
+    starts, sizes, steps, out_shape = [], [], [], []
+    gather = None     # (position in out_shape, index array)
+    ax = 0
+    for v in idx:
+        if v is None:
+            out_shape.append(1)
+            continue
+        d = s[ax]
+        if _is_int_index(v):
+            i = as_dim(v, "index")
+            e = env()
+            if e.try_prove("<", i, 0):
+                i = normalize(d + i)
+            if e.try_prove("<", i, 0) or e.try_prove(">=", i, d):
+                raise IndexError(f"index {dim_str(as_dim(v))} is out of bounds for axis {ax} with "
+                                 f"size {dim_str(d)}")
+            if not e.try_prove(">=", i, 0):
+                raise InconclusiveDimensionError(f"index {dim_str(i)} may be negative; use a "
+                                                 f"non-negative expression")
+            starts.append(i), sizes.append(1), steps.append(1)
+        elif isinstance(v, slice):
+            b, n, st = _normalize_slice(v, d)
+            starts.append(b), sizes.append(n), steps.append(st)
+            out_shape.append(n)
+        elif _is_array_index(v):
+            starts.append(0), sizes.append(d), steps.append(1)
+            gather = (len(out_shape), arr(v))
+            out_shape.append(d)
+        else:
+            raise IndexError(f"unsupported index {v!r} of type {type(v).__name__}")
+        ax += 1
+
+    out = a
+    whole = all(isinstance(b, int) and b == 0 for b in starts) and all(st == 1 for st in steps) \
+        and tuple(sizes) == tuple(s)
+    if not whole:
+        out = lax.slice.bind(out, start=tuple(starts), size=tuple(sizes), step=tuple(steps))
+    if tuple(out_shape) != tuple(shape(out)):
+        out = lax.reshape.bind(out, new_sizes=tuple(out_shape))
+    if gather is not None:
+        pos, ind = gather
+        return take(out, ind, axis=pos)
+    return out
+
+
+def take(a, indices, axis=None):
+    """``numpy.take`` (negative indices count from the end; out-of-range is an error)."""
+    from ._shape_ops import ravel
+    a = arr(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    ax = normalize_axis(axis, len(shape(a)))
+    ind = arr(indices)
+    if not dt.is_int(dtype_of(ind)):
+        raise IndexError(f"arrays used as indices must be of integer type, got {dtype_of(ind)}")
+    return lax.take.bind(a, cast(ind, np.int64), axis=ax)
+
+
+def take_along_axis(arr_, indices, axis):
+    """``numpy.take_along_axis``."""
+    from ._shape_ops import ravel
+    a, ind = arr(arr_), arr(indices)
+    if axis is None:
+        a, ind, axis = ravel(a), ravel(ind), 0
+    ax = normalize_axis(axis, len(shape(a)))
+    return lax.take_along_axis.bind(a, cast(ind, np.int64), axis=ax)
+
+
+def _count_dim(x):
+    """A fresh run-time dim for a data-dependent size (or the actual count in eager mode)."""
+    ctx = current_trace()
+    if isinstance(x, Tracer):
+        return ctx.env.fresh("nz") if ctx is not None else x.ctx.env.fresh("nz")
+    return None
+
+
+def nonzero(a):
+    """``numpy.nonzero``: a tuple of int64 index arrays whose length is a run-time dim."""
+    a = arr(a)
+    if len(shape(a)) == 0:
+        raise ValueError("nonzero of a 0-d array is not supported; use atleast_1d first")
+    count = _count_dim(a)
+    if count is None:
+        count = int(np.count_nonzero(a))
+    return tuple(lax.nonzero.bind(a, count=count))
+
+
+def argwhere(a):
+    from ._shape_ops import stack
+    return stack(nonzero(a), axis=-1)
+
+
+def boolean_mask(a, mask):
+    """``a[mask]`` for a bool mask covering the leading axes; the length is a run-time dim."""
+    a, m = arr(a), arr(mask)
+    count = _count_dim(m if isinstance(m, Tracer) else a)
+    if count is None:
+        count = int(np.count_nonzero(m))
+    return lax.boolean_mask.bind(a, m, count=count)

@@ -1,0 +1,149 @@
+"""Elementwise functions: NumPy ufunc names over lax primitives, with NEP 50 promotion."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import lax
+from ._base import arr, cast, dtype_of, is_weak, promote, spec
+from .. import dtypes as dt
+
+
+def _ufunc(np_name: str, prim):
+    """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``."""
+    def fn(*args):
+        nin = getattr(np, np_name).nin
+        if len(args) != nin:
+            raise TypeError(f"{np_name}() takes {nin} arguments, got {len(args)}")
+        xs = [a if isinstance(a, (bool, int, float)) else arr(a) for a in args]
+        return prim.bind(*promote(*xs, ufunc=np_name))
+    fn.__name__ = np_name
+    fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
+    return fn
+
+
+# unary
+negative = _ufunc("negative", lax.neg)
+absolute = abs = _ufunc("absolute", lax.abs)
+sign = _ufunc("sign", lax.sign)
+exp = _ufunc("exp", lax.exp)
+exp2 = _ufunc("exp2", lax.exp2)
+log = _ufunc("log", lax.log)
+log2 = _ufunc("log2", lax.log2)
+log10 = _ufunc("log10", lax.log10)
+log1p = _ufunc("log1p", lax.log1p)
+expm1 = _ufunc("expm1", lax.expm1)
+sqrt = _ufunc("sqrt", lax.sqrt)
+sin = _ufunc("sin", lax.sin)
+cos = _ufunc("cos", lax.cos)
+tan = _ufunc("tan", lax.tan)
+arcsin = _ufunc("arcsin", lax.asin)
+arccos = _ufunc("arccos", lax.acos)
+arctan = _ufunc("arctan", lax.atan)
+sinh = _ufunc("sinh", lax.sinh)
+cosh = _ufunc("cosh", lax.cosh)
+tanh = _ufunc("tanh", lax.tanh)
+arcsinh = _ufunc("arcsinh", lax.asinh)
+arccosh = _ufunc("arccosh", lax.acosh)
+arctanh = _ufunc("arctanh", lax.atanh)
+floor = _ufunc("floor", lax.floor)
+ceil = _ufunc("ceil", lax.ceil)
+trunc = _ufunc("trunc", lax.trunc)
+rint = _ufunc("rint", lax.round)
+reciprocal = _ufunc("reciprocal", lax.reciprocal)
+isnan = _ufunc("isnan", lax.is_nan)
+isinf = _ufunc("isinf", lax.is_inf)
+isfinite = _ufunc("isfinite", lax.is_finite)
+logical_not = _ufunc("logical_not", lax.not_)
+invert = bitwise_not = bitwise_invert = _ufunc("invert", lax.not_)
+
+# binary
+add = _ufunc("add", lax.add)
+subtract = _ufunc("subtract", lax.sub)
+multiply = _ufunc("multiply", lax.mul)
+divide = true_divide = _ufunc("true_divide", lax.div)
+floor_divide = _ufunc("floor_divide", lax.floor_div)
+mod = remainder = _ufunc("remainder", lax.rem)
+power = pow = _ufunc("power", lax.pow)
+maximum = _ufunc("maximum", lax.max)
+minimum = _ufunc("minimum", lax.min)
+arctan2 = _ufunc("arctan2", lax.atan2)
+bitwise_and = _ufunc("bitwise_and", lax.and_)
+bitwise_or = _ufunc("bitwise_or", lax.or_)
+bitwise_xor = _ufunc("bitwise_xor", lax.xor)
+left_shift = _ufunc("left_shift", lax.shift_left)
+right_shift = _ufunc("right_shift", lax.shift_right)
+logical_and = _ufunc("logical_and", lax.and_)
+logical_or = _ufunc("logical_or", lax.or_)
+logical_xor = _ufunc("logical_xor", lax.xor)
+equal = _ufunc("equal", lax.eq)
+not_equal = _ufunc("not_equal", lax.ne)
+less = _ufunc("less", lax.lt)
+less_equal = _ufunc("less_equal", lax.le)
+greater = _ufunc("greater", lax.gt)
+greater_equal = _ufunc("greater_equal", lax.ge)
+
+
+def positive(x):
+    """Elementwise ``numpy.positive`` (a copy with the same dtype; bool is an error, as in NumPy)."""
+    x = arr(x) if not isinstance(x, (int, float)) else x
+    if dt.is_bool(dtype_of(x)):
+        raise TypeError("positive is not defined for bool")
+    return x
+
+
+def square(x):
+    """Elementwise ``numpy.square``."""
+    x = x if isinstance(x, (bool, int, float)) else arr(x)
+    (x,) = promote(x, ufunc="square")
+    return lax.mul.bind(x, x)
+
+
+def round(a, decimals: int = 0):
+    """``numpy.round``: half to even; ``decimals`` scales by a power of ten like NumPy."""
+    a = arr(a)
+    if decimals == 0:
+        return lax.round.bind(a)
+    d = dtype_of(a)
+    if not dt.is_float(d):
+        if decimals > 0:
+            return a
+        # NumPy rounds integers to tens/hundreds through floating point, half to even
+        scale = cast(10.0 ** -decimals, np.float64)
+        r = lax.mul.bind(lax.round.bind(lax.div.bind(cast(a, np.float64), scale)), scale)
+        return cast(r, d)
+    scale = cast(10.0 ** decimals, d)
+    return lax.div.bind(lax.round.bind(lax.mul.bind(a, scale)), scale)
+
+
+around = round
+
+
+def where(condition, x=None, y=None):
+    """``numpy.where``: select elementwise; with one argument, the indices of non-zeros."""
+    if x is None and y is None:
+        from ._indexing import nonzero
+        return nonzero(condition)
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
+    cond = cast(arr(condition), np.dtype(bool))
+    xs = [v if isinstance(v, (bool, int, float)) else arr(v) for v in (x, y)]
+    x, y = promote(*xs)
+    return lax.select.bind(cond, x, y)
+
+
+def clip(a, a_min=None, a_max=None):
+    """``numpy.clip`` as maximum then minimum (same promotion as NumPy 2)."""
+    if a_min is None and a_max is None:
+        raise ValueError("one of a_min or a_max must be given")
+    out = arr(a)
+    if a_min is not None:
+        out = maximum(out, a_min)
+    if a_max is not None:
+        out = minimum(out, a_max)
+    return out
+
+
+def astype(x, dtype, copy: bool = True):
+    """``x.astype(dtype)`` / ``numpy.astype``."""
+    from ..dtypes import canonical
+    return cast(arr(x), canonical(dtype))
