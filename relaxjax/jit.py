@@ -263,7 +263,7 @@ class Jitted:
                 else:
                     raise TypeError(f"{self.__name__} returned a {type(o).__name__}; return arrays, "
                                     f"scalars, dims or pytrees of them")
-        fn = _finalize(self.__name__, env, [p.atom for p in params], names, ctx.bindings, results)
+        fn = _finalize(_ident(self.__name__), env, [p.atom for p in params], names, ctx.bindings, results)
         module = IRModule({fn.name: fn}, fn.name)
         verify(module)
         trace_seconds = time.perf_counter() - t0

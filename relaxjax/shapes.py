@@ -289,6 +289,7 @@ class ShapeEnv:
         self.guards: list[Guard] = []
         self.subst: dict = {}               # symbol -> Dim, from automatic equalities
         self.data_dependent: set = set()    # symbols bound only at run time
+        self.zero_mods: set = set()         # Mod(a, c) known to be 0 (proved or guarded)
         self._decided: dict = {}
         self._fresh = 0
 
@@ -346,6 +347,10 @@ class ShapeEnv:
             d, op = normalize(d - 1), ">="
         if isinstance(d, int):
             return d == 0 if op == "==" else d >= 0
+        if d.has(sympy.floor):
+            d = self._without_floors(d)
+            if isinstance(d, int):
+                return d == 0 if op == "==" else d >= 0
         lo, hi = interval(d, self.bounds)
         if op == "==":
             return False if (lo > 0 or hi < 0) else None
@@ -358,6 +363,17 @@ class ShapeEnv:
         if _nonneg_by_shift(normalize(-d - 1), self.bounds):
             return False
         return None
+
+    def _without_floors(self, d: sympy.Expr) -> Dim:
+        """Rewrite ``a // c`` as ``(a - a % c) / c`` and drop the ``a % c`` known to be 0,
+        so that ``(a // c) * c == a`` is provable once ``c`` divides ``a``."""
+        def unfloor(e):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if not den.is_Integer:
+                return e
+            m = sympy.Mod(num, den)
+            return (num - (0 if m in self.zero_mods else m)) / den
+        return normalize(sympy.expand(d.replace(lambda e: isinstance(e, sympy.floor), unfloor)))
 
     def decide(self, op: str, a: Dim, b: Dim, what: str = "comparison") -> bool:
         """Decide ``a op b``: by proof, or in automatic mode by a guard; else raise."""
@@ -388,7 +404,12 @@ class ShapeEnv:
 
     def divides(self, a: Dim, c: Dim, what: str) -> bool:
         """Decide whether ``c`` divides ``a``."""
-        return self.decide("==", mod(a, c), 0, what)
+        m = mod(self.canon(a), c)
+        r = self.decide("==", m, 0, what)
+        if r and not isinstance(m, int):
+            self.zero_mods.add(m)
+            self._decided.clear()
+        return r
 
     def concrete(self, d: Dim, what: str) -> int:
         """The concrete value of ``d``: specializes an automatic dim (with a guard)."""

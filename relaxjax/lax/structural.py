@@ -4,6 +4,8 @@ Their params may hold symbolic dims; a backend evaluates them with the bound dim
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..core import Primitive
@@ -101,10 +103,10 @@ def _slice_impl(x, *, start, size, step):
     idx = []
     for b, n, s in zip(start, size, step):
         if n == 0:
-            idx.append(slice(0, 0))
+            idx.append(builtins.slice(0, 0))
             continue
         end = b + n * s
-        idx.append(slice(b, end if end >= 0 else None, s))
+        idx.append(builtins.slice(b, end if end >= 0 else None, s))
     return x[tuple(idx)]
 
 

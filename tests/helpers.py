@@ -1,0 +1,77 @@
+"""Shared test utilities: NumPy is the oracle for every backend."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import relaxjax as rj
+from relaxjax.backends import available_backends
+
+BACKENDS = available_backends()
+
+# sizes: 1, small primes, powers of two and larger odd sizes
+SIZES = st.one_of(st.sampled_from([1, 2, 3, 5, 7, 8, 13, 31, 64, 127, 257]), st.integers(1, 300))
+SMALL_SIZES = st.one_of(st.sampled_from([1, 2, 3, 5, 7, 13]), st.integers(1, 40))
+
+
+def shapes(min_dims=1, max_dims=3, sizes=SMALL_SIZES):
+    return st.lists(sizes, min_size=min_dims, max_size=max_dims).map(tuple)
+
+
+def arrays(dtype, shape, lo=-10.0, hi=10.0):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        elems = st.floats(lo, hi, allow_nan=False, width=dtype.itemsize * 8)
+    elif dtype.kind == "b":
+        elems = st.booleans()
+    else:
+        elems = st.integers(int(max(lo, np.iinfo(dtype).min)), int(min(hi, np.iinfo(dtype).max)))
+    return hnp.arrays(dtype, shape, elements=elems)
+
+
+def tolerance(dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return dict(rtol=1e-2, atol=1e-2)
+    if dtype == np.float32:
+        return dict(rtol=2e-5, atol=1e-5)
+    if dtype == np.float64:
+        return dict(rtol=1e-12, atol=1e-12)
+    return dict(rtol=0, atol=0)
+
+
+def assert_same(got, want, **tol):
+    """Same pytree structure, shapes and dtypes, values close (NaN == NaN)."""
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), (got, want)
+        for g, w in zip(got, want):
+            assert_same(g, w, **tol)
+        return
+    if isinstance(want, dict):
+        assert set(got) == set(want)
+        for k in want:
+            assert_same(got[k], want[k], **tol)
+        return
+    if isinstance(want, (int, float, bool)) and not isinstance(want, np.generic):
+        assert got == want, (got, want)
+        return
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.shape == w.shape, f"shape {g.shape} != {w.shape}"
+    assert g.dtype == w.dtype, f"dtype {g.dtype} != {w.dtype}"
+    t = tol or tolerance(w.dtype)
+    if w.dtype.kind in "fc":
+        np.testing.assert_allclose(g, w, equal_nan=True, **t)
+    else:
+        np.testing.assert_array_equal(g, w)
+
+
+def check(rj_fn, np_fn, *args, backends=None, eager=True, **tol):
+    """``rj_fn`` jitted on every backend (and run eagerly) matches ``np_fn`` on NumPy."""
+    want = np_fn(*args)
+    for b in backends or BACKENDS:
+        got = rj.jit(rj_fn, backend=b)(*args)
+        assert_same(got, want, **tol)
+    if eager:
+        assert_same(rj_fn(*args), want, **tol)
+    return want
