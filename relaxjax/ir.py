@@ -4,8 +4,8 @@ Every value carries its struct info (:class:`TensorType`: dtype + symbolic shape
 calls one of three kinds of callee, side by side (the cross-level IR of the Relax paper):
 
 * a graph :class:`~relaxjax.core.Primitive` (``add``, ``matmul``, ...);
-* a loop-level tensor program (``call_tir``), any callee object with ``kind == "tir"``;
-* an external library function (``call_library``), any callee with ``kind == "library"``.
+* a loop-level tensor program (``call_tir``): a callee with ``call_kind == "tir"``;
+* an external library function (``call_library``): a callee with ``call_kind == "library"``.
 
 Control flow and transformations are meant to come as interpreters over this IR; a
 binding's ``params`` may later hold nested :class:`Function` regions.
@@ -76,8 +76,7 @@ class Literal:
             if v.size <= 6:
                 return f"{dt.short_name(v.dtype)}{v.tolist()}"
             return f"const({self.type})"
-        v = np.asarray(v).item()
-        return repr(v)
+        return str(np.asarray(v)[()])     # NumPy's shortest round-trip text for the dtype
 
 
 Atom = Union[Var, Literal]
@@ -94,7 +93,8 @@ class Binding:
 
     @property
     def kind(self) -> str:
-        return getattr(self.callee, "kind", "primitive")
+        """"primitive", "tir" or "library": which of the three kinds of call this is."""
+        return getattr(self.callee, "call_kind", "primitive")
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ from .errors import InconclusiveDimensionError, ShapeError
 Dim = Union[int, sympy.Expr]
 INF = math.inf
 DEFAULT_BOUNDS = (1, INF)
-_RESERVED = {"min", "max", "d", "lambda"}
+_RESERVED = {"min", "max"}
 
 
 # ---------------------------------------------------------------------------------------

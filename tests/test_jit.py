@@ -1,0 +1,277 @@
+"""jit: the cache keyed by symbolic signature, explicit shapes, guards, errors, pytrees,
+match_cast and data-dependent shapes."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+import relaxjax.nn as nn
+from helpers import BACKENDS, SIZES, assert_same
+
+S = rj.ShapeDtypeStruct
+n, k, m = rj.dims("n k m")
+
+
+def f32(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def mlp(x, w):
+    return rnp.tanh(x @ w + 1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fifty_batch_sizes_compile_once(backend):
+    f = rj.jit(mlp, backend=backend)
+    w = f32(8, 5)
+    for b in range(2, 52):
+        x = f32(b, 8, seed=b)
+        assert_same(f(x, w), np.tanh(x @ w + np.float32(1.0)))
+    info = f.cache_info()
+    assert (info.compiles, info.misses, info.hits) == (1, 1, 49)
+
+
+def test_sizes_zero_and_one_are_specialized():
+    f = rj.jit(lambda x: x * 2.0)
+    f(f32(3, 4)), f(f32(5, 4)), f(f32(1, 4)), f(f32(1, 9))
+    assert f.cache_info().compiles == 2          # (>=2, >=2) and (1, >=2)
+    assert f(np.zeros((0, 4), np.float32)).shape == (0, 4)
+    assert f.cache_info().compiles == 3
+
+
+def test_dtype_and_rank_are_part_of_the_key():
+    f = rj.jit(lambda x: x + 1)
+    assert f(np.ones(3, np.int32)).dtype == np.int32
+    assert f(np.ones(3, np.float32)).dtype == np.float32
+    assert f(np.ones((3, 2), np.float32)).shape == (3, 2)
+    assert f.cache_info().compiles == 3
+
+
+def test_explicit_shapes_one_compile_and_precise_errors():
+    g = rj.jit(mlp, shapes=(S((n, k), "float32"), S((k, m), "float32")))
+    w = f32(6, 3)
+    for b in (1, 2, 7, 100):
+        assert g(f32(b, 6), w).shape == (b, 3)
+    assert g.cache_info().compiles == 1
+    with pytest.raises(rj.ShapeError, match=r"argument w axis 0: expected k .*k=6.*got 5"):
+        g(f32(4, 6), f32(5, 3))
+    with pytest.raises(rj.ShapeError, match=r"argument x: expected rank 2"):
+        g(f32(4, 6, 1), w)
+    with pytest.raises(TypeError, match=r"argument x: expected dtype float32, got float64"):
+        g(np.ones((4, 6)), w)
+
+
+def test_explicit_expressions_are_solved_and_checked():
+    f = rj.jit(lambda x, y: x.reshape(-1) + y, shapes=(S((n, 4), "float32"), S((n * 4,), "float32")))
+    assert f(f32(3, 4), f32(12)).shape == (12,)
+    with pytest.raises(rj.ShapeError, match=r"argument y axis 0: expected n \* 4 .*n=3.*got 13"):
+        f(f32(3, 4), f32(13))
+    h = rj.jit(lambda y: y * 2, shapes=(S((n * 2,), "float32"),))
+    assert h(f32(8)).shape == (8,)
+    with pytest.raises(rj.ShapeError, match="expected n \\* 2"):
+        h(f32(7))
+
+
+def test_bounds_are_checked_at_call_time():
+    b = rj.dim("b", min=1, max=8)
+    f = rj.jit(lambda x: x + 1, shapes=(S((b,), "float32"),))
+    f(f32(8))
+    with pytest.raises(rj.ShapeError, match=r"b = 9 is outside its bounds \[1, 8\]"):
+        f(f32(9))
+
+
+def test_inconclusive_in_explicit_mode():
+    g = rj.jit(lambda x, y: x + y, shapes=(S((n,), "float32"), S((m,), "float32")))
+    with pytest.raises(rj.InconclusiveDimensionError, match=r"n == m.*Fix"):
+        g(f32(3), f32(3))
+
+
+def test_python_control_flow_on_dims_guards_in_auto_mode():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        if x.shape[0] > 5:
+            return x * 2.0
+        return x - 1.0
+    jf = rj.jit(f)
+    for b in (7, 9, 30):
+        assert_same(jf(f32(b)), f32(b) * 2)
+    for b in (2, 4, 5):
+        assert_same(jf(f32(b)), f32(b) - 1)
+    assert len(calls) == 2 and jf.cache_info().compiles == 2
+    assert "guards: x0 > 5" in str(jf.lower(f32(7)).module)
+    ex = rj.jit(f, shapes=(S((n,), "float32"),))
+    with pytest.raises(rj.InconclusiveDimensionError):
+        ex(f32(7))
+
+
+def test_concrete_value_specializes_dim():
+    jf = rj.jit(lambda x: x / math.sqrt(x.shape[-1]))
+    assert_same(jf(f32(3, 16)), f32(3, 16) / np.float32(4.0))
+    assert_same(jf(f32(5, 16)), f32(5, 16) / np.float32(4.0))
+    assert jf.cache_info().compiles == 1
+    assert_same(jf(f32(3, 9)), f32(3, 9) / np.float32(3.0))
+    assert jf.cache_info().compiles == 2
+    with pytest.raises(rj.InconclusiveDimensionError, match="static"):
+        rj.jit(lambda x: x / math.sqrt(x.shape[-1]), shapes=(S((n, k), "float32"),))(f32(3, 16))
+
+
+def test_symbolic_dim_as_value_stays_symbolic():
+    jf = rj.jit(lambda x: x / rnp.sqrt(x.shape[-1]).astype(x.dtype) + x.shape[0])
+    for b, d in ((3, 16), (4, 9)):
+        x = f32(b, d)
+        assert_same(jf(x), x / np.sqrt(d).astype(np.float32) + b)
+    assert jf.cache_info().compiles == 1
+
+
+def test_auto_unification_of_equal_dims():
+    jf = rj.jit(lambda x, y: x + y)
+    jf(f32(4), f32(4))
+    text = jf.lower(f32(4), f32(4)).as_text()
+    assert "def lambda(x: f32[x0], y: f32[x0])" in text
+    jf(f32(9), f32(9))
+    assert jf.cache_info().compiles == 1
+    with pytest.raises(rj.ShapeError, match="cannot be broadcast"):
+        jf(f32(4), f32(5))
+
+
+def test_pytrees_in_and_out():
+    @rj.jit
+    def f(params, x, scale=2.0):
+        h = x @ params["w"] + params["b"]
+        return {"out": h * scale, "n": h.shape[0], "aux": (None, [h.sum()])}
+    p = {"w": f32(4, 3), "b": f32(3)}
+    for b in (2, 5):
+        x = f32(b, 4)
+        r = f(p, x)
+        want = (x @ p["w"] + p["b"])
+        assert r["n"] == b and type(r["n"]) is int and r["aux"][0] is None
+        assert_same(r["out"], want * np.float32(2.0))
+        assert_same(r["aux"][1][0], want.sum(), rtol=1e-5, atol=1e-4)
+    assert f.cache_info().compiles == 1
+    assert f(p, f32(3, 4), scale=3.0)["out"].dtype == np.float32   # weak Python scalar
+
+
+def test_static_argnums_key_the_cache():
+    f = rj.jit(lambda x, axis: x.sum(axis=axis), static_argnums=(1,))
+    x = f32(3, 4)
+    assert_same(f(x, 0), x.sum(axis=0), rtol=1e-5)
+    assert_same(f(x, 1), x.sum(axis=1), rtol=1e-5)
+    f(f32(7, 4), 1)
+    assert f.cache_info().compiles == 2
+    g = rj.jit(lambda x, mode: x * 2 if mode == "double" else x, static_argnames="mode")
+    assert_same(g(x, mode="double"), x * 2)
+    with pytest.raises(TypeError, match="hashable"):
+        rj.jit(lambda x, s: x, static_argnums=1)(x, [1, 2])
+
+
+def test_bad_arguments():
+    f = rj.jit(lambda x: x)
+    with pytest.raises(TypeError, match="argument x: unsupported type str"):
+        f("hello")
+    with pytest.raises(TypeError, match="complex128 is not supported"):
+        f(np.ones(3, np.complex128))
+
+
+def test_traced_values_in_python_control_flow_are_clear_errors():
+    with pytest.raises(rj.TracerConversionError, match="where"):
+        rj.jit(lambda x: x if x.sum() > 0 else -x)(f32(3))
+    leaked = []
+    rj.jit(lambda x: leaked.append(x) or x)(f32(3))
+    with pytest.raises(rj.TracerConversionError, match="leaked"):
+        rnp.exp(leaked[0])
+
+
+def test_numpy_ufuncs_dispatch_on_tracers():
+    f = rj.jit(lambda x: np.exp(x) + np.float32(1))
+    x = f32(5)
+    assert_same(f(x), np.exp(x) + np.float32(1))
+
+
+def test_nested_jit_inlines():
+    inner = rj.jit(lambda x: x * 2.0)
+    outer = rj.jit(lambda x: inner(x) + 1.0)
+    assert_same(outer(f32(4)), f32(4) * 2 + 1)
+    assert "mul" in outer.lower(f32(4)).as_text()
+
+
+@settings(max_examples=20)
+@given(st.lists(st.floats(-2, 2, width=32), min_size=1, max_size=200))
+def test_boolean_mask_has_a_run_time_dim(vals):
+    x = np.asarray(vals, np.float32)
+    f = rj.jit(lambda x: (x[x > 0] * 2.0, rnp.nonzero(x > 0)[0]))
+    a, idx = f(x)
+    assert_same(a, x[x > 0] * np.float32(2))
+    assert_same(idx, np.nonzero(x > 0)[0])
+
+
+def test_data_dependent_dims_need_match_cast():
+    def bad(x, y):
+        return x[x > 0] + y                         # nz0 vs n: unknown until run time
+    with pytest.raises(rj.InconclusiveDimensionError, match="match_cast"):
+        rj.jit(bad)(f32(6), f32(6))
+
+    def good(x, y):
+        z = rj.match_cast(x[x > 0], (y.shape[0],))
+        return z + y
+    jf = rj.jit(good)
+    x = np.array([1, -1, 2, 3], np.float32)
+    y = np.array([10, 20, 30], np.float32)
+    assert_same(jf(x, y), np.array([11, 22, 33], np.float32))
+    with pytest.raises(rj.ShapeError, match="match_cast"):
+        jf(np.array([1, 2, -3, -4], np.float32), y)
+
+
+def test_match_cast_binds_new_names():
+    def f(x):
+        y = rj.match_cast(x[x > 0], ("p",))
+        return y, y.shape[0]
+    jf = rj.jit(f)
+    x = np.array([1, -1, 2, 3, -5], np.float32)
+    y, p = jf(x)
+    assert p == 3 and type(p) is int
+    assert "f32[p] = match_cast" in jf.lower(x).as_text()
+
+
+def test_lower_accepts_structs_and_make_ir_prints():
+    text = str(rj.make_ir(mlp)(S((n, k), "float32"), S((k, m), "float32")))
+    assert text == ("def mlp(x: f32[n, k], w: f32[k, m]) -> f32[n, m]:\n"
+                    "  a: f32[n, m] = matmul(x, w)\n"
+                    "  b: f32[n, m] = add(a, 1.0)\n"
+                    "  c: f32[n, m] = tanh(b)\n"
+                    "  return c")
+    g = rj.jit(mlp, shapes=(S((n, k), "float32"), S((k, m), "float32")))
+    assert g.lower(f32(3, 4), f32(4, 2)).as_text() == text
+    with pytest.raises(TypeError, match="lower"):
+        g(S((n, k), "float32"), S((k, m), "float32"))
+
+
+def test_unknown_backend_lists_available_ones():
+    with pytest.raises(ValueError, match="available backends: .*numpy"):
+        rj.jit(mlp, backend="tpu")
+
+
+def test_error_points_at_the_users_line():
+    def f(x, y):
+        return x @ y                                  # the line to report
+    with pytest.raises(rj.ShapeError) as ei:
+        rj.jit(f)(f32(3, 4), f32(5, 2))
+    notes = "".join(getattr(ei.value, "__notes__", []))
+    assert "test_jit.py" in notes
+
+
+@settings(max_examples=15)
+@given(st.lists(SIZES, min_size=3, max_size=6))
+def test_layer_norm_serves_all_sizes_with_one_compile(batch_sizes):
+    f = rj.jit(lambda x, g, b: nn.layer_norm(x, g, b))
+    g, bb = f32(16, seed=1), f32(16, seed=2)
+    for b in batch_sizes:
+        x = f32(b, 16, seed=b).astype(np.float64)
+        want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + bb
+        assert_same(f(x, g.astype(np.float64), bb.astype(np.float64)), want, rtol=1e-10, atol=1e-10)
+    assert f.cache_info().compiles == (1 if any(b >= 2 for b in batch_sizes) else 0) + \
+        (1 if 1 in batch_sizes else 0)
