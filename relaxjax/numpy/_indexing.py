@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from .. import dtypes as dt
 from .. import lax
@@ -17,14 +18,27 @@ def _index_bound(v, d, step_positive: bool, what: str):
     e = env()
     v = as_dim(v, what)
     lo, hi = (0, d) if step_positive else (-1, d - 1)
-    if e.try_prove(">=", v, 0):
+    try:
+        nonneg = e.decide(">=", v, 0, f"sign of the slice {what} {dim_str(v)}")
+    except InconclusiveDimensionError:
+        raise InconclusiveDimensionError(
+            f"slice {what} {dim_str(v)} may be negative or not; NumPy would count a negative bound "
+            f"from the end. Fix: write the bound so that its sign is known (e.g. n - 1 with n >= 1)."
+        ) from None
+    if nonneg:
         return v if e.try_prove("<=", v, hi) else hi if e.try_prove(">=", v, hi) else dmin(v, hi)
-    if e.try_prove("<", v, 0):
-        w = normalize(d + v)
-        return w if e.try_prove(">=", w, lo) else lo if e.try_prove("<=", w, lo) else dmax(w, lo)
-    raise InconclusiveDimensionError(
-        f"slice {what} {dim_str(v)} may be negative or not; NumPy would count a negative bound from "
-        f"the end. Fix: write the bound so that its sign is known (e.g. n - 1 with n >= 1).")
+    w = normalize(d + v)
+    return w if e.try_prove(">=", w, lo) else lo if e.try_prove("<=", w, lo) else dmax(w, lo)
+
+
+def _sub(a, b):
+    """``a - b`` with ``a - max(x, y)`` written ``min(a - x, a - y)`` (and likewise for min), so
+    that clamped slice bounds give sizes like ``min(3, n)`` rather than ``n - max(0, n - 3)``."""
+    if isinstance(b, sympy.Max):
+        return normalize(sympy.Min(*(sympy.expand(a - x) for x in b.args)))
+    if isinstance(b, sympy.Min):
+        return normalize(sympy.Max(*(sympy.expand(a - x) for x in b.args)))
+    return normalize(sympy.expand(sympy.sympify(a) - b))
 
 
 def _normalize_slice(sl: slice, d):
@@ -39,12 +53,12 @@ def _normalize_slice(sl: slice, d):
     if step > 0:
         start = 0 if sl.start is None else _index_bound(sl.start, d, True, "start")
         stop = d if sl.stop is None else _index_bound(sl.stop, d, True, "stop")
-        span = normalize(stop - start)
+        span = _sub(stop, start)
         size = floordiv(span + step - 1, step) if step != 1 else span
     else:
         start = normalize(d - 1) if sl.start is None else _index_bound(sl.start, d, False, "start")
         stop = -1 if sl.stop is None else _index_bound(sl.stop, d, False, "stop")
-        span = normalize(start - stop)
+        span = _sub(start, stop)
         size = floordiv(span - step - 1, -step) if step != -1 else span
     if not e.try_prove(">=", size, 0):
         size = dmax(size, 0)
@@ -108,14 +122,13 @@ def getitem(a, idx):
         if _is_int_index(v):
             i = as_dim(v, "index")
             e = env()
-            if e.try_prove("<", i, 0):
+            # decided by proof, or (automatic shapes) by a guard on the dim's value
+            if e.decide("<", i, 0, f"sign of the index {dim_str(i)}"):
                 i = normalize(d + i)
-            if e.try_prove("<", i, 0) or e.try_prove(">=", i, d):
+            if not (e.decide(">=", i, 0, f"index {dim_str(as_dim(v))} on axis {ax} of size {dim_str(d)}")
+                    and e.decide("<", i, d, f"index {dim_str(as_dim(v))} on axis {ax} of size {dim_str(d)}")):
                 raise IndexError(f"index {dim_str(as_dim(v))} is out of bounds for axis {ax} with "
                                  f"size {dim_str(d)}")
-            if not e.try_prove(">=", i, 0):
-                raise InconclusiveDimensionError(f"index {dim_str(i)} may be negative; use a "
-                                                 f"non-negative expression")
             starts.append(i), sizes.append(1), steps.append(1)
         elif isinstance(v, slice):
             b, n, st = _normalize_slice(v, d)

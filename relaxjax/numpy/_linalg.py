@@ -5,9 +5,9 @@ import string
 
 from .. import lax
 from ..shapes import prod as dim_prod
-from ._base import arr, env, promote, shape
+from ._base import arr, dtype_of, env, promote, shape
 from ._reductions import sum as rsum
-from ._shape_ops import expand_dims, reshape, squeeze, transpose
+from ._shape_ops import broadcast_to, expand_dims, reshape, squeeze, transpose
 from ._ufuncs import multiply
 
 
@@ -97,15 +97,24 @@ def einsum(subscripts: str, *operands):
     for s, x in zip(ins, ops):
         if len(s) != len(shape(x)):
             raise ValueError(f"einsum: operand {s!r} has rank {len(shape(x))}")
+    # a dim of size 1 broadcasts against the other operands' size for its index (as in NumPy)
+    for s, x in zip(ins, ops):
         for c, d in zip(s, shape(x)):
+            if isinstance(d, int) and d == 1:
+                continue
             sizes[c] = d if c not in sizes else env().require_eq(sizes[c], d, f"einsum index {c!r}")
+    for s, x in zip(ins, ops):
+        for c, d in zip(s, shape(x)):
+            sizes.setdefault(c, d)
+    wants = [tuple(sizes[c] for c in s) for s in ins]
+    ops = [x if tuple(shape(x)) == w else broadcast_to(x, w) for x, w in zip(ops, wants)]
     cur, cs = ops[0], ins[0]
     for k in range(1, len(ops)):
         later = set(out).union(*ins[k + 1:])
         cur, cs = _contract(cur, cs, ops[k], ins[k], later, sizes)
     drop = tuple(i for i, c in enumerate(cs) if c not in out)
     if drop:
-        cur = rsum(cur, axis=drop)
+        cur = rsum(cur, axis=drop, dtype=dtype_of(cur))   # einsum keeps the dtype
         cs = "".join(c for c in cs if c in out)
     return transpose(cur, [cs.index(c) for c in out])
 
@@ -145,7 +154,7 @@ def _contract(a, sa: str, b, sb: str, keep: set, sizes: dict):
         x, sx, other = (a, sa, sb) if which == 0 else (b, sb, sa)
         drop = tuple(i for i, c in enumerate(sx) if c not in other and c not in keep)
         if drop:
-            x = rsum(x, axis=drop)
+            x = rsum(x, axis=drop, dtype=dtype_of(x))
             sx = "".join(c for i, c in enumerate(sx) if i not in drop)
         if which == 0:
             a, sa = x, sx

@@ -215,7 +215,26 @@ def split(a, indices_or_sections, axis: int = 0):
 
 
 def array_split(a, indices_or_sections, axis: int = 0):
-    return split(a, indices_or_sections, axis)
+    """``numpy.array_split``: like ``split``, but ``k`` sections need not divide the axis (the
+    first ``size % k`` sections get one element more)."""
+    if isinstance(indices_or_sections, (list, tuple)):
+        return split(a, indices_or_sections, axis)
+    a = arr(a)
+    ax = normalize_axis(axis, len(shape(a)))
+    d = shape(a)[ax]
+    k = as_dim(indices_or_sections, "sections")
+    if not isinstance(k, int) or k <= 0:
+        raise ValueError(f"number of sections must be a positive int, got {indices_or_sections}")
+    # section i has ceil((d - i) / k) elements: no min/max, one trace for every size
+    sizes = [floordiv(d - i + k - 1, k) for i in range(k)]
+    out, start = [], 0
+    nd = len(shape(a))
+    for size in sizes:
+        out.append(lax.slice.bind(a, start=tuple(start if i == ax else 0 for i in range(nd)),
+                                  size=tuple(size if i == ax else shape(a)[i] for i in range(nd)),
+                                  step=(1,) * nd))
+        start = start + size if not (isinstance(start, int) and start == 0) else size
+    return out
 
 
 def flip(a, axis=None):
