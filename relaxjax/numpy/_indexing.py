@@ -151,7 +151,15 @@ def getitem(a, idx):
         out = lax.reshape.bind(out, new_sizes=tuple(out_shape))
     if gather is not None:
         pos, ind = gather
-        return take(out, ind, axis=pos)
+        out = take(out, ind, axis=pos)
+        # NumPy: ints count as advanced indices next to an index array; when the advanced
+        # indices are not adjacent (x[0, :, idx]), their result dims go first
+        adv = [i for i, v in enumerate(idx) if _is_int_index(v) or _is_array_index(v)]
+        if adv[-1] - adv[0] + 1 != len(adv) and pos != 0:
+            from ._shape_ops import moveaxis
+            k = len(shape(ind))
+            out = moveaxis(out, list(range(pos, pos + k)), list(range(k)))
+        return out
     return out
 
 
