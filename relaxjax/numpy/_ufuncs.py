@@ -4,18 +4,45 @@ from __future__ import annotations
 import numpy as np
 
 from .. import lax
+from ..core import Tracer
 from ._base import arr, cast, dtype_of, is_weak, promote, spec
 from .. import dtypes as dt
+
+
+def _operand(a):
+    """Python scalars stay weak; a (weak) bool becomes a strong bool, since NumPy's loop
+    resolution has no weak bool (and bool is the lowest kind, so promotion is the same)."""
+    if isinstance(a, bool):
+        return np.asarray(a)
+    if isinstance(a, (int, float)):
+        return a
+    a = arr(a)
+    if isinstance(a, Tracer) and a.weak_type and dt.is_bool(a.dtype):
+        return lax.convert.bind(a, dtype=np.dtype(bool), weak=False)
+    return a
+
+
+def _promote_ufunc(np_name: str, args):
+    uf = getattr(np, np_name)
+    if len(args) != uf.nin:
+        raise TypeError(f"{np_name}() takes {uf.nin} arguments, got {len(args)}")
+    return promote(*[_operand(a) for a in args], ufunc=np_name)
 
 
 def _ufunc(np_name: str, prim):
     """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``."""
     def fn(*args):
-        nin = getattr(np, np_name).nin
-        if len(args) != nin:
-            raise TypeError(f"{np_name}() takes {nin} arguments, got {len(args)}")
-        xs = [a if isinstance(a, (bool, int, float)) else arr(a) for a in args]
-        return prim.bind(*promote(*xs, ufunc=np_name))
+        return prim.bind(*_promote_ufunc(np_name, args))
+    fn.__name__ = np_name
+    fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
+    return fn
+
+
+def _logical(np_name: str, prim):
+    """``numpy.logical_*``: operands are truth values (nonzero), the result is bool."""
+    def fn(*args):
+        xs = _promote_ufunc(np_name, args)          # NumPy's TypeErrors, broadcasting dtypes
+        return prim.bind(*[cast(x, np.dtype(bool)) for x in xs])
     fn.__name__ = np_name
     fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
     return fn
@@ -53,7 +80,7 @@ reciprocal = _ufunc("reciprocal", lax.reciprocal)
 isnan = _ufunc("isnan", lax.is_nan)
 isinf = _ufunc("isinf", lax.is_inf)
 isfinite = _ufunc("isfinite", lax.is_finite)
-logical_not = _ufunc("logical_not", lax.not_)
+logical_not = _logical("logical_not", lax.not_)
 invert = bitwise_not = bitwise_invert = _ufunc("invert", lax.not_)
 
 # binary
@@ -72,9 +99,9 @@ bitwise_or = _ufunc("bitwise_or", lax.or_)
 bitwise_xor = _ufunc("bitwise_xor", lax.xor)
 left_shift = _ufunc("left_shift", lax.shift_left)
 right_shift = _ufunc("right_shift", lax.shift_right)
-logical_and = _ufunc("logical_and", lax.and_)
-logical_or = _ufunc("logical_or", lax.or_)
-logical_xor = _ufunc("logical_xor", lax.xor)
+logical_and = _logical("logical_and", lax.and_)
+logical_or = _logical("logical_or", lax.or_)
+logical_xor = _logical("logical_xor", lax.xor)
 equal = _ufunc("equal", lax.eq)
 not_equal = _ufunc("not_equal", lax.ne)
 less = _ufunc("less", lax.lt)
@@ -93,17 +120,20 @@ def positive(x):
 
 def square(x):
     """Elementwise ``numpy.square``."""
-    x = x if isinstance(x, (bool, int, float)) else arr(x)
-    (x,) = promote(x, ufunc="square")
+    (x,) = _promote_ufunc("square", (x,))
     return lax.mul.bind(x, x)
 
 
 def round(a, decimals: int = 0):
     """``numpy.round``: half to even; ``decimals`` scales by a power of ten like NumPy."""
     a = arr(a)
+    d = dtype_of(a)
+    if dt.is_bool(d):
+        if decimals != 0:         # NumPy: no loop to multiply bools by a float scale
+            raise TypeError("round with decimals != 0 is not defined for bool")
+        return rint(a)            # NumPy: float16
     if decimals == 0:
         return lax.round.bind(a)
-    d = dtype_of(a)
     if not dt.is_float(d):
         if decimals > 0:
             return a
