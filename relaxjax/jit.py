@@ -373,7 +373,7 @@ class _Call:
                 ba = sig.bind(*args, **kwargs)
             except TypeError as e:
                 raise TypeError(f"{jitted.__name__}: {e}") from None
-            ba.apply_defaults()
+            # unpassed defaults are not applied: they stay Python values, as in JAX
             args, kwargs = ba.args, dict(ba.kwargs)
             argnames = list(sig.parameters)
             var_pos = next((p.name for p in sig.parameters.values() if p.kind == p.VAR_POSITIONAL), None)
@@ -382,9 +382,8 @@ class _Call:
         self.args, self.kwargs = tuple(args), dict(kwargs)
         statics = []
         for i in jitted.static_argnums:
-            if i >= len(self.args):
-                raise ValueError(f"static_argnums {i} is out of range for {len(self.args)} arguments")
-            statics.append((i, self.args[i]))
+            if i < len(self.args):          # else the default is used, a Python value anyway
+                statics.append((i, self.args[i]))
         for n in jitted.static_argnames:
             if n in self.kwargs:
                 statics.append((n, self.kwargs[n]))

@@ -230,8 +230,11 @@ def test_linalg_errors(name, fn, exc):
         fn()
 
 
-@pytest.mark.xfail(strict=True, reason="jit.py traces default argument values: axes=2 of "
-                   "tensordot becomes a traced scalar (Jitted/_Call apply_defaults), owned by the lead")
 def test_jit_of_function_with_static_default():
+    # unpassed defaults stay Python values (as in JAX), so axes=2 is not traced
     a, b = np.ones((2, 3, 4)), np.ones((3, 4, 5))
     assert_same(rj.jit(rnp.tensordot)(a, b), np.tensordot(a, b))
+
+    def f(x, k=2):
+        return rnp.tile(x, k)
+    assert_same(rj.jit(f)(np.ones(3)), np.tile(np.ones(3), 2))
