@@ -274,18 +274,28 @@ def test_binary_special_values(op, dtype):
 @given(dtype=st.sampled_from(["float32", "float64", "int32", "int64"]), shape=shapes(1, 2),
        decimals=st.integers(-3, 4), data=st.data())
 def test_round_decimals(dtype, shape, decimals, data):
-    x = data.draw(arrays(dtype, shape, -5000, 5000))
-    check_op(lambda a: rnp.round(a, decimals), lambda a: np.round(a, decimals), x)
-    check_op(lambda a: rnp.around(a, decimals=decimals), lambda a: np.around(a, decimals=decimals), x)
-    if decimals == 0:
-        check_op(lambda a: a.round(), lambda a: a.round(), x)
+    """Exact: rounding is deterministic, a tolerance would hide a wrong ten."""
+    x = data.draw(st.one_of(arrays(dtype, shape, -200000, 200000),
+                            arrays("int32", shape, -40000, 40000).map(lambda i: (i * 5).astype(dtype))))
+    exact = dict(rtol=0, atol=0)
+    check_op(lambda a: rnp.round(a, decimals), lambda a: np.round(a, decimals), x, **exact)
+    check_op(lambda a: rnp.around(a, decimals=decimals), lambda a: np.around(a, decimals=decimals), x,
+             **exact)
+    check_op(lambda a: a.round(decimals), lambda a: a.round(decimals), x, **exact)
 
 
-@pytest.mark.xfail(strict=True, reason="jit.py applies signature defaults and traces them: "
-                   "rj.jit(rnp.round)(x) traces decimals=0 as a tracer (owner: jit.py)")
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("decimals", [-3, -2, -1, 1, 2])
+def test_round_decimals_exhaustive(dtype, decimals):
+    x = np.concatenate([np.arange(-100000, 100000, 5), np.arange(-2000, 2000) / 8]).astype(dtype)
+    check_op(lambda a: rnp.round(a, decimals), lambda a: np.round(a, decimals), x, rtol=0, atol=0)
+
+
 def test_jit_of_library_function_with_default_args():
+    """Unpassed defaults (decimals=0) stay Python values: jit(rnp.round) works."""
     x = np.array([0.5, 1.5, 2.25])
     assert_same(rj.jit(rnp.round)(x), np.round(x))
+    assert_same(rj.jit(rnp.clip)(x, 1.0, 2.0), np.clip(x, 1.0, 2.0))
 
 
 def test_round_half_to_even():
@@ -468,6 +478,29 @@ def test_nep50_promotion(fn, arg_dtypes, want):
         got = rj.jit(fn, backend=b)(*args)
         assert got.dtype == np.dtype(want)
         np.testing.assert_allclose(got, npres)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("where(c, 1.0, 0.0) * x", lambda m, x: m.where(x > 0, 1.0, 0.0) * x),
+    ("x * sqrt(2.0)", lambda m, x: x * m.sqrt(2.0)),
+    ("exp(1) * x", lambda m, x: m.exp(1) * x),
+    ("x * add(1.0, 2.0)", lambda m, x: x * m.add(1.0, 2.0)),
+    ("x / sqrt(x.shape[0])", lambda m, x: x / m.sqrt(x.shape[0])),
+    ("x * maximum(x.shape[0], 1.0)", lambda m, x: x * m.maximum(x.shape[0], 1.0)),
+    ("x * round(2.5)", lambda m, x: x * m.round(2.5)),
+    ("x * square(3)", lambda m, x: x * m.square(3)),
+    ("x * positive(3)", lambda m, x: x * m.positive(3)),
+    ("x * clip(x.shape[0], 0, 1.5)", lambda m, x: x * m.clip(x.shape[0], 0, 1.5)),
+    ("x * (x.shape[0] / 2)", lambda m, x: x * (x.shape[0] / 2)),
+    ("x * (x.shape[0] * 1.5 - 1)", lambda m, x: x * (x.shape[0] * 1.5 - 1)),
+])
+def test_numpy_functions_return_strong_arrays(name, fn):
+    """NEP 50: only Python scalars are weak; a NumPy function's result is an array (strong),
+    so ``x_f32 * np.sqrt(2.0)`` is float64.  Python arithmetic on shapes stays weak."""
+    for x in (np.ones(3, np.float32), np.ones(3, np.int32)):
+        want = fn(np, x)
+        for b in BACKENDS:
+            assert_same(rj.jit(lambda a: fn(rnp, a), backend=b)(x), want)
 
 
 @pytest.mark.parametrize("fn", [lambda x: x + 2 ** 40, lambda x: 2 ** 40 * x,

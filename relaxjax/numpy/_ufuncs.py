@@ -29,10 +29,29 @@ def _promote_ufunc(np_name: str, args):
     return promote(*[_operand(a) for a in args], ufunc=np_name)
 
 
-def _ufunc(np_name: str, prim):
-    """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``."""
+def _strong(r):
+    """NumPy functions return arrays, never Python scalars: the result is not weak."""
+    if isinstance(r, Tracer) and r.weak_type:
+        return lax.convert.bind(r, dtype=r.dtype, weak=False)
+    return r
+
+
+def _traced_operand(args) -> bool:
+    from ..shapes import SymbolicDim
+    return any(isinstance(a, (Tracer, SymbolicDim)) for a in args)
+
+
+def _ufunc(np_name: str, prim, operator: bool = False):
+    """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``.
+
+    The result is weak (like a Python scalar) only for functions that implement Python
+    operators (``n / 2`` with a symbolic dim ``n`` is a Python float in NumPy), applied to
+    weak traced operands.  Everything else returns a strong array, as NumPy does:
+    ``rnp.sqrt(2.0) * x_f32`` is float64, ``rnp.where(c, 1.0, 0.0)`` is a float64 array.
+    """
     def fn(*args):
-        return prim.bind(*_promote_ufunc(np_name, args))
+        r = prim.bind(*_promote_ufunc(np_name, args))
+        return r if operator and _traced_operand(args) else _strong(r)
     fn.__name__ = np_name
     fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
     return fn
@@ -49,8 +68,8 @@ def _logical(np_name: str, prim):
 
 
 # unary
-negative = _ufunc("negative", lax.neg)
-absolute = abs = _ufunc("absolute", lax.abs)
+negative = _ufunc("negative", lax.neg, operator=True)
+absolute = abs = _ufunc("absolute", lax.abs, operator=True)
 sign = _ufunc("sign", lax.sign)
 exp = _ufunc("exp", lax.exp)
 exp2 = _ufunc("exp2", lax.exp2)
@@ -81,51 +100,52 @@ isnan = _ufunc("isnan", lax.is_nan)
 isinf = _ufunc("isinf", lax.is_inf)
 isfinite = _ufunc("isfinite", lax.is_finite)
 logical_not = _logical("logical_not", lax.not_)
-invert = bitwise_not = bitwise_invert = _ufunc("invert", lax.not_)
+invert = bitwise_not = bitwise_invert = _ufunc("invert", lax.not_, operator=True)
 
 # binary
-add = _ufunc("add", lax.add)
-subtract = _ufunc("subtract", lax.sub)
-multiply = _ufunc("multiply", lax.mul)
-divide = true_divide = _ufunc("true_divide", lax.div)
-floor_divide = _ufunc("floor_divide", lax.floor_div)
-mod = remainder = _ufunc("remainder", lax.rem)
-power = pow = _ufunc("power", lax.pow)
+add = _ufunc("add", lax.add, operator=True)
+subtract = _ufunc("subtract", lax.sub, operator=True)
+multiply = _ufunc("multiply", lax.mul, operator=True)
+divide = true_divide = _ufunc("true_divide", lax.div, operator=True)
+floor_divide = _ufunc("floor_divide", lax.floor_div, operator=True)
+mod = remainder = _ufunc("remainder", lax.rem, operator=True)
+power = pow = _ufunc("power", lax.pow, operator=True)
 maximum = _ufunc("maximum", lax.max)
 minimum = _ufunc("minimum", lax.min)
 arctan2 = _ufunc("arctan2", lax.atan2)
-bitwise_and = _ufunc("bitwise_and", lax.and_)
-bitwise_or = _ufunc("bitwise_or", lax.or_)
-bitwise_xor = _ufunc("bitwise_xor", lax.xor)
-left_shift = _ufunc("left_shift", lax.shift_left)
-right_shift = _ufunc("right_shift", lax.shift_right)
+bitwise_and = _ufunc("bitwise_and", lax.and_, operator=True)
+bitwise_or = _ufunc("bitwise_or", lax.or_, operator=True)
+bitwise_xor = _ufunc("bitwise_xor", lax.xor, operator=True)
+left_shift = _ufunc("left_shift", lax.shift_left, operator=True)
+right_shift = _ufunc("right_shift", lax.shift_right, operator=True)
 logical_and = _logical("logical_and", lax.and_)
 logical_or = _logical("logical_or", lax.or_)
 logical_xor = _logical("logical_xor", lax.xor)
-equal = _ufunc("equal", lax.eq)
-not_equal = _ufunc("not_equal", lax.ne)
-less = _ufunc("less", lax.lt)
-less_equal = _ufunc("less_equal", lax.le)
-greater = _ufunc("greater", lax.gt)
-greater_equal = _ufunc("greater_equal", lax.ge)
+equal = _ufunc("equal", lax.eq, operator=True)
+not_equal = _ufunc("not_equal", lax.ne, operator=True)
+less = _ufunc("less", lax.lt, operator=True)
+less_equal = _ufunc("less_equal", lax.le, operator=True)
+greater = _ufunc("greater", lax.gt, operator=True)
+greater_equal = _ufunc("greater_equal", lax.ge, operator=True)
 
 
 def positive(x):
     """Elementwise ``numpy.positive`` (a copy with the same dtype; bool is an error, as in NumPy)."""
-    x = arr(x) if not isinstance(x, (int, float)) else x
+    x = arr(x)
     if dt.is_bool(dtype_of(x)):
         raise TypeError("positive is not defined for bool")
-    return x
+    return _strong(x)
 
 
 def square(x):
     """Elementwise ``numpy.square``."""
     (x,) = _promote_ufunc("square", (x,))
-    return lax.mul.bind(x, x)
+    return _strong(lax.mul.bind(x, x))
 
 
 def round(a, decimals: int = 0):
-    """``numpy.round``: half to even; ``decimals`` scales by a power of ten like NumPy."""
+    """``numpy.round``: half to even; ``decimals`` scales by a power of ten like NumPy
+    (``x * 10**d`` for ``d >= 0``, ``x / 10**-d`` for ``d < 0``, then back)."""
     a = arr(a)
     d = dtype_of(a)
     if dt.is_bool(d):
@@ -133,16 +153,19 @@ def round(a, decimals: int = 0):
             raise TypeError("round with decimals != 0 is not defined for bool")
         return rint(a)            # NumPy: float16
     if decimals == 0:
-        return lax.round.bind(a)
+        return _strong(lax.round.bind(a))
     if not dt.is_float(d):
         if decimals > 0:
-            return a
-        # NumPy rounds integers to tens/hundreds through floating point, half to even
+            return _strong(a)
+        # NumPy rounds integers to tens/hundreds through float64, half to even
         scale = cast(10.0 ** -decimals, np.float64)
         r = lax.mul.bind(lax.round.bind(lax.div.bind(cast(a, np.float64), scale)), scale)
-        return cast(r, d)
-    scale = cast(10.0 ** decimals, d)
-    return lax.div.bind(lax.round.bind(lax.mul.bind(a, scale)), scale)
+        return _strong(cast(r, d))
+    if decimals > 0:
+        scale = cast(10.0 ** decimals, d)
+        return _strong(lax.div.bind(lax.round.bind(lax.mul.bind(a, scale)), scale))
+    scale = cast(10.0 ** -decimals, d)
+    return _strong(lax.mul.bind(lax.round.bind(lax.div.bind(a, scale)), scale))
 
 
 around = round
@@ -158,7 +181,7 @@ def where(condition, x=None, y=None):
     cond = cast(arr(condition), np.dtype(bool))
     xs = [v if isinstance(v, (bool, int, float)) else arr(v) for v in (x, y)]
     x, y = promote(*xs)
-    return lax.select.bind(cond, x, y)
+    return _strong(lax.select.bind(cond, x, y))
 
 
 def clip(a, a_min=None, a_max=None):
