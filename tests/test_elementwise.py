@@ -515,6 +515,34 @@ def test_python_int_overflow_raises(fn):
             rj.jit(fn, backend=b)(x)
 
 
+COMPARISONS = [o for o in BINARY if o.name in ("equal", "not_equal", "less", "less_equal", "greater",
+                                                 "greater_equal")]
+
+
+@pytest.mark.parametrize("op", COMPARISONS, ids=lambda o: o.name)
+@given(dtype=st.sampled_from(["int32", "int64", "uint8"]), v=st.one_of(
+    st.integers(-2 ** 63, 2 ** 64 - 1), st.sampled_from([-1, 256, 2 ** 31, -2 ** 31 - 1, 2 ** 63])),
+    data=st.data())
+@PER_OP
+def test_compare_with_out_of_range_python_int(op, dtype, v, data):
+    """NumPy 2 compares integer arrays with any Python int exactly (no OverflowError)."""
+    x = data.draw(arrays(dtype, data.draw(shapes(1, 2)), -1000, 1000))
+    check_op(lambda a: op.rj_fn(a, v), lambda a: op.np_fn(a, v), x)
+    check_op(lambda a: op.rj_fn(v, a), lambda a: op.np_fn(v, a), x)
+
+
+def test_compare_operators_with_huge_python_int():
+    x = np.array([-3, 0, 7], np.int32)
+    for f in (lambda a: a > 2 ** 40, lambda a: a <= -2 ** 40, lambda a: 2 ** 40 == a, lambda a: a != 2 ** 40):
+        check_op(f, f, x)
+
+
+def test_float32_with_huge_python_float_is_silent_inf():
+    x = np.array([1.0, -2.0], np.float32)
+    check_op(lambda a: a + 1e300, lambda a: a + 1e300, x)
+    check_op(lambda a: a * 1e39, lambda a: a * 1e39, x)
+
+
 def test_python_int_in_range_keeps_dtype():
     x = np.arange(4, dtype=np.int32)
     check_op(lambda a: a + (2 ** 31 - 1), lambda a: a + (2 ** 31 - 1), x)

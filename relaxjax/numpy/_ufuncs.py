@@ -26,7 +26,8 @@ def _promote_ufunc(np_name: str, args):
     uf = getattr(np, np_name)
     if len(args) != uf.nin:
         raise TypeError(f"{np_name}() takes {uf.nin} arguments, got {len(args)}")
-    return promote(*[_operand(a) for a in args], ufunc=np_name)
+    with np.errstate(over="ignore"):     # x_f32 + 1e300: inf, like NumPy (silently when traced)
+        return promote(*[_operand(a) for a in args], ufunc=np_name)
 
 
 def _strong(r):
@@ -121,12 +122,42 @@ right_shift = _ufunc("right_shift", lax.shift_right, operator=True)
 logical_and = _logical("logical_and", lax.and_)
 logical_or = _logical("logical_or", lax.or_)
 logical_xor = _logical("logical_xor", lax.xor)
-equal = _ufunc("equal", lax.eq, operator=True)
-not_equal = _ufunc("not_equal", lax.ne, operator=True)
-less = _ufunc("less", lax.lt, operator=True)
-less_equal = _ufunc("less_equal", lax.le, operator=True)
-greater = _ufunc("greater", lax.gt, operator=True)
-greater_equal = _ufunc("greater_equal", lax.ge, operator=True)
+
+# x OP v with v a Python int beyond x's integer dtype: NumPy 2 compares the values exactly
+# (the answer is the same for every element) instead of raising OverflowError.
+_FLIP = {"equal": "equal", "not_equal": "not_equal", "less": "greater", "less_equal": "greater_equal",
+         "greater": "less", "greater_equal": "less_equal"}
+_TRUE_IF_V_ABOVE = {"equal": False, "not_equal": True, "less": True, "less_equal": True,
+                    "greater": False, "greater_equal": False}
+
+
+def _comparison(np_name: str, prim):
+    base = _ufunc(np_name, prim, operator=True)
+
+    def fn(*args):
+        if len(args) == 2:
+            for i, name in ((1, np_name), (0, _FLIP[np_name])):      # x OP v, or v OP x
+                v, x = args[i], args[1 - i]
+                if isinstance(v, int) and not isinstance(v, bool) and not isinstance(x, (int, float)):
+                    x = arr(x)
+                    d = dtype_of(x)
+                    if dt.is_int(d) and not np.iinfo(d).min <= v <= np.iinfo(d).max:
+                        truth = _TRUE_IF_V_ABOVE[name]
+                        if v < 0 and name not in ("equal", "not_equal"):
+                            truth = not truth
+                        return (lax.eq if truth else lax.ne).bind(x, x)   # ints: x == x is all True
+        return base(*args)
+    fn.__name__ = np_name
+    fn.__doc__ = base.__doc__
+    return fn
+
+
+equal = _comparison("equal", lax.eq)
+not_equal = _comparison("not_equal", lax.ne)
+less = _comparison("less", lax.lt)
+less_equal = _comparison("less_equal", lax.le)
+greater = _comparison("greater", lax.gt)
+greater_equal = _comparison("greater_equal", lax.ge)
 
 
 def positive(x):
