@@ -291,7 +291,9 @@ def _install_operators():
     for name, fn in cmps.items():
         setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
     Tracer.__neg__ = lambda a: rnp.negative(a)
-    Tracer.__pos__ = lambda a: a
+    Tracer.__pos__ = lambda a: rnp.positive(a)
+    # like ndarray.__pow__, x ** 2 is square (bool ** 2 -> int8, as in NumPy)
+    Tracer.__pow__ = lambda a, b: rnp.square(a) if type(b) in (int, float) and b == 2 else rnp.power(a, b)
     Tracer.__abs__ = lambda a: rnp.abs(a)
     Tracer.__invert__ = lambda a: rnp.invert(a)
     Tracer.__getitem__ = lambda a, idx: rnp._indexing.getitem(a, idx)

@@ -418,15 +418,11 @@ def test_python_binary_operators_two_arrays(dx, dy, data):
             check_op(f, f, x, y)
 
 
-@pytest.mark.xfail(strict=True, reason="core.Tracer.__pos__ returns the tracer: +x on bool does not "
-                   "raise TypeError like NumPy (owner: core.py)")
 def test_unary_plus_on_bool_raises():
     with pytest.raises(TypeError):
         rj.jit(lambda a: +a)(np.array([True, False]))
 
 
-@pytest.mark.xfail(strict=True, reason="NumPy's ndarray.__pow__ turns x ** 2 into square (bool -> "
-                   "int8); Tracer.__pow__ uses power (bool -> int64) (owner: core.py)")
 def test_bool_pow_2_operator_dtype():
     x = np.array([True, False])
     assert_same(rj.jit(lambda a: a ** 2)(x), x ** 2)
