@@ -230,3 +230,14 @@ def test_numpy_integer_axis():
     for ax in (np.int64(1), np.int32(-1)):
         check(lambda a: rnp.sum(a, axis=ax), lambda a: np.sum(a, axis=ax), x)
         check(lambda a: rnp.argmax(a, axis=ax), lambda a: np.argmax(a, axis=ax), x)
+
+
+@pytest.mark.parametrize("fn", [lambda a: a.sum(0), lambda a: a.argmax(1), lambda a: a.mean(1),
+                                lambda a: a.max(-1), lambda a: a.any(0), lambda a: rnp.sum(a, 0),
+                                lambda a: a.sum((0, 1)), lambda a: a.std(0), lambda a: a.prod(1),
+                                lambda a: a.min(0, keepdims=True), lambda a: a.var(1, ddof=1)],
+                         ids=["sum0", "argmax1", "mean1", "max-1", "any0", "rnp.sum0", "sum01", "std0",
+                              "prod1", "min_keepdims", "var_ddof"])
+def test_methods_positional_axis(fn):
+    x = np.arange(12.0).reshape(3, 4) - 5
+    check(fn, fn, x)
