@@ -75,3 +75,19 @@ def check(rj_fn, np_fn, *args, backends=None, eager=True, **tol):
     if eager:
         assert_same(rj_fn(*args), want, **tol)
     return want
+
+
+_JITS: dict = {}
+
+
+def check_reuse(key, rj_fn, np_fn, *args, **tol):
+    """``check`` plus one jitted function per ``key`` reused across examples, so later examples
+    run an entry traced for other sizes (the symbolic shapes must generalise)."""
+    want = check(rj_fn, np_fn, *args, **tol)
+    f = _JITS.setdefault((rj_fn.__code__.co_filename, key), rj.jit(rj_fn))
+    assert_same(f(*args), want, **tol)
+
+
+def xs(min_dims=1, max_dims=3, dtype="float64", sizes=SMALL_SIZES):
+    """Arrays of random rank and shape."""
+    return shapes(min_dims, max_dims, sizes).flatmap(lambda s: arrays(dtype, s))

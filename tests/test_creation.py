@@ -5,16 +5,9 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SMALL_SIZES, arrays, assert_same, check, shapes
+from helpers import SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes
 
 S = rj.ShapeDtypeStruct
-_JITS: dict = {}
-
-
-def check_reuse(key, rj_fn, np_fn, *args, **tol):
-    want = check(rj_fn, np_fn, *args, **tol)
-    f = _JITS.setdefault(key, rj.jit(rj_fn))
-    assert_same(f(*args), want, **tol)
 
 
 # fn(xp, x): sizes come from x.shape, so inside jit they are symbolic dims

@@ -6,21 +6,10 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SIZES, SMALL_SIZES, arrays, assert_same, check, shapes
+from helpers import SIZES, SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes, xs
 
 S = rj.ShapeDtypeStruct
-_JITS: dict = {}
 
-
-def check_reuse(key, rj_fn, np_fn, *args, **tol):
-    """``check`` plus one jitted function per ``key`` reused across examples (symbolic shapes)."""
-    want = check(rj_fn, np_fn, *args, **tol)
-    f = _JITS.setdefault(key, rj.jit(rj_fn))
-    assert_same(f(*args), want, **tol)
-
-
-def xs(min_dims=1, max_dims=3, dtype="float64", sizes=SMALL_SIZES):
-    return shapes(min_dims, max_dims, sizes).flatmap(lambda s: arrays(dtype, s))
 
 
 # fixed index expressions; each runs on tracers and on NumPy arrays alike
@@ -81,13 +70,16 @@ def test_random_static_slices(data):
     check(lambda x: x[i], lambda x: x[i], x)
 
 
+_MULTI_SLICE = rj.jit(lambda x: (x[::-1], x[5:1:-2], x[-3:], x[:100], x[1:-1],
+                                 x[1:x.shape[0] - 1], x[:x.shape[0] // 2]))
+
+
 @settings(max_examples=15)
 @given(data=st.data())
 def test_slices_share_one_trace(data):
     """One jitted function serves every size >= 2 (the bounds are symbolic)."""
     x = data.draw(xs(1, 1, sizes=st.integers(2, 60)))
-    f = _JITS.setdefault("multi", rj.jit(lambda x: (x[::-1], x[5:1:-2], x[-3:], x[:100], x[1:-1],
-                                                     x[1:x.shape[0] - 1], x[:x.shape[0] // 2])))
+    f = _MULTI_SLICE
     assert_same(f(x), (x[::-1], x[5:1:-2], x[-3:], x[:100], x[1:-1], x[1:-1], x[:x.shape[0] // 2]))
     assert f.cache_info().compiles == 1
 

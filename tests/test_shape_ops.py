@@ -5,22 +5,10 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SMALL_SIZES, arrays, assert_same, check, shapes
+from helpers import SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes, xs
 
 S = rj.ShapeDtypeStruct
-_JITS: dict = {}
 
-
-def check_reuse(key, rj_fn, np_fn, *args, **tol):
-    """``check`` plus one jitted function per ``key`` reused across examples, so later examples
-    run an entry traced for other sizes (the symbolic shapes must generalise)."""
-    want = check(rj_fn, np_fn, *args, **tol)
-    f = _JITS.setdefault(key, rj.jit(rj_fn))
-    assert_same(f(*args), want, **tol)
-
-
-def xs(min_dims=1, max_dims=3, dtype="float64", sizes=SMALL_SIZES):
-    return shapes(min_dims, max_dims, sizes).flatmap(lambda s: arrays(dtype, s))
 
 
 # (id, min rank, max rank, fn(xp, x)) -- the same code runs with xp=relaxjax.numpy and xp=numpy
