@@ -65,8 +65,11 @@ def resolve_ufunc(ufunc_name: str, operands: tuple) -> tuple[tuple[np.dtype, ...
     Returns (input dtypes, output dtypes).  Raises TypeError like NumPy when no loop exists.
     """
     uf = getattr(np, ufunc_name)
+    # NumPy's loop lookup takes int/float for weak scalars but not bool; a Python bool is the
+    # lowest kind, so as a strong bool it promotes the same way
+    ops = tuple(np.dtype(bool) if o is bool else o for o in operands)
     try:
-        res = uf.resolve_dtypes(tuple(operands) + (None,) * uf.nout)
+        res = uf.resolve_dtypes(ops + (None,) * uf.nout)
     except TypeError as e:  # NumPy raises a TypeError subclass when no loop exists
         names = ", ".join(getattr(o, "__name__", str(o)) for o in operands)
         raise TypeError(f"{ufunc_name} is not defined for operands of type ({names})") from e
