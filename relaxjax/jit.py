@@ -128,17 +128,27 @@ class Lowered:
         return self.as_text()
 
     def compile(self, pipeline: Sequence[Pass] | None = None) -> "Compiled":
-        return Compiled(self._build(pipeline))
+        return Compiled(self._jitted, self._build(pipeline))
 
 
 class Compiled:
     """A compiled entry: callable with arrays that satisfy its symbolic signature."""
 
-    def __init__(self, entry: _Entry):
+    def __init__(self, jitted: "Jitted", entry: _Entry):
+        self._jitted = jitted
         self._entry = entry
 
     def as_text(self) -> str:
         return str(self._entry.module)
+
+    def __call__(self, *args, **kwargs):
+        call = self._jitted._prepare(args, kwargs)
+        if call.has_tracer or call.has_struct:
+            raise TypeError("a Compiled function is called with concrete arrays")
+        dims = self._entry.binder(call.shapes)
+        if not isinstance(dims, tuple):
+            raise ShapeError(f"{self._jitted.__name__}: " + self._entry.binder.explain(call.shapes, dims))
+        return self._jitted._run(self._entry, dims, call)
 
 
 class Jitted:
@@ -330,9 +340,6 @@ class _Leaf:
 
     def __init__(self, value, kind, display, ident, struct=None):
         self.value, self.kind, self.display, self.ident, self.struct = value, kind, display, ident, struct
-
-    def shape(self):
-        return np.shape(self.value) if self.kind != "struct" else None
 
     def struct_type(self, env: ShapeEnv, taken: set) -> TensorType:
         if self.struct is not None:                     # explicit: declared dims and bounds

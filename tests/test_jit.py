@@ -275,3 +275,15 @@ def test_layer_norm_serves_all_sizes_with_one_compile(batch_sizes):
         assert_same(f(x, g.astype(np.float64), bb.astype(np.float64)), want, rtol=1e-10, atol=1e-10)
     assert f.cache_info().compiles == (1 if any(b >= 2 for b in batch_sizes) else 0) + \
         (1 if 1 in batch_sizes else 0)
+
+
+def test_lowered_compile_gives_a_callable_for_all_shapes():
+    c = rj.jit(mlp, shapes=(S((n, k), "float32"), S((k, m), "float32"))).lower(
+        S((n, k), "float32"), S((k, m), "float32")).compile()
+    w = f32(4, 3)
+    for b in (1, 6, 31):
+        x = f32(b, 4, seed=b)
+        assert_same(c(x, w), np.tanh(x @ w + np.float32(1.0)))
+    with pytest.raises(rj.ShapeError, match="argument w axis 0: expected k"):
+        c(f32(2, 4), f32(5, 3))
+    assert "tanh(b)" in c.as_text()
