@@ -186,12 +186,13 @@ def take_along_axis(arr_, indices, axis):
     return lax.take_along_axis.bind(a, cast(ind, np.int64), axis=ax)
 
 
-def _count_dim(x):
-    """A fresh run-time dim for a data-dependent size (or the actual count in eager mode)."""
-    ctx = current_trace()
-    if isinstance(x, Tracer):
-        return ctx.env.fresh("nz") if ctx is not None else x.ctx.env.fresh("nz")
-    return None
+def _count_dim(mask, *others):
+    """The number of non-zeros of ``mask``: a fresh run-time dim when any operand is traced,
+    else the actual count (eager mode)."""
+    for v in (mask, *others):
+        if isinstance(v, Tracer):
+            return v.ctx.env.fresh("nz")
+    return int(np.count_nonzero(mask))
 
 
 def nonzero(a):
@@ -199,10 +200,7 @@ def nonzero(a):
     a = arr(a)
     if len(shape(a)) == 0:
         raise ValueError("nonzero of a 0-d array is not supported; use atleast_1d first")
-    count = _count_dim(a)
-    if count is None:
-        count = int(np.count_nonzero(a))
-    return tuple(lax.nonzero.bind(a, count=count))
+    return tuple(lax.nonzero.bind(a, count=_count_dim(a)))
 
 
 def argwhere(a):
@@ -213,7 +211,4 @@ def argwhere(a):
 def boolean_mask(a, mask):
     """``a[mask]`` for a bool mask covering the leading axes; the length is a run-time dim."""
     a, m = arr(a), arr(mask)
-    count = _count_dim(m if isinstance(m, Tracer) else a)
-    if count is None:
-        count = int(np.count_nonzero(m))
-    return lax.boolean_mask.bind(a, m, count=count)
+    return lax.boolean_mask.bind(a, m, count=_count_dim(m, a))
