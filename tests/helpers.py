@@ -91,3 +91,14 @@ def check_reuse(key, rj_fn, np_fn, *args, **tol):
 def xs(min_dims=1, max_dims=3, dtype="float64", sizes=SMALL_SIZES):
     """Arrays of random rank and shape."""
     return shapes(min_dims, max_dims, sizes).flatmap(lambda s: arrays(dtype, s))
+
+
+def assert_compiles_once(fn, row_len, sizes=(2, 3, 5, 17, 64, 257), **tol):
+    """``rj.jit(fn)`` matches ``fn`` run eagerly on float64 (n, row_len) inputs for every n in
+    ``sizes`` and compiles once for all of them."""
+    f = rj.jit(fn)
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        x = rng.standard_normal((n, row_len))
+        assert_same(f(x), fn(x), **tol)
+    assert f.cache_info().compiles == 1
