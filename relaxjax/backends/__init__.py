@@ -25,3 +25,4 @@ def available_backends() -> list[str]:
 
 
 from . import numpy_backend  # noqa: E402,F401  (registers "numpy")
+from . import llvm  # noqa: E402,F401  (registers "llvm")

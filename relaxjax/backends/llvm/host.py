@@ -1,0 +1,178 @@
+"""The host side of a compiled graph function.
+
+The lowered graph function becomes a *plan*: every buffer value gets a slot in an i64 array
+(its address), every dim a slot (its value).  Runs of ``call_tir`` / ``call_library``
+bindings become one native *segment* function ``void seg(i64* slots)`` that calls the
+kernels and BLAS in order, so a call costs one ctypes transition per segment.  Host
+operations between segments (reshape views, match_cast checks, data-dependent ops whose
+output size must be read before allocating) run in Python.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...compile import tir
+from ...compile.tir import INDEX, Const, from_sympy, op
+from ...ir import Binding, Function, Literal, Var
+from .codegen import KernelEmitter, _Fn, llty
+from . import target
+
+# CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
+# pointer 16 bytes in.  ``check_object_layout`` verifies both at start-up.
+TUPLE_ITEMS_OFFSET = 24
+ARRAY_DATA_OFFSET = 16
+
+
+def check_object_layout() -> None:
+    import ctypes
+    a = np.empty(3)
+    t = (a,)
+    if ctypes.c_void_p.from_address(id(t) + TUPLE_ITEMS_OFFSET).value != id(a) or \
+            ctypes.c_void_p.from_address(id(a) + ARRAY_DATA_OFFSET).value != a.ctypes.data:
+        raise RuntimeError("relaxjax's LLVM backend does not know this Python/NumPy object layout "
+                           "(tuple items at 24, array data at 16); use backend='numpy'")
+
+
+@dataclass
+class Segment:
+    name: str
+    calls: list = field(default_factory=list)       # bindings (tir or library)
+
+
+@dataclass
+class HostOp:
+    binding: Binding
+
+
+class SegmentEmitter(KernelEmitter):
+    """Emits ``void seg(PyObject *buffers, PyObject *dims)``: ``buffers`` is a tuple of NumPy
+    arrays and ``dims`` an int64 array; the data pointers are read from the array objects
+    (``PyArrayObject.data``), which costs far less than fetching them in Python.  Each call
+    loads its operands into an argument array and calls the kernel entry; gemms become
+    (batched) CBLAS calls."""
+
+    def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms):
+        self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
+        self.math_used, self.helpers_used = set(), set()
+        self.locals = {}
+
+    def emit(self) -> str:
+        fn = self.fn = _Fn()
+        self.env = {}
+        p = fn.val("ptr", f"getelementptr i8, ptr %dims, i64 {ARRAY_DATA_OFFSET}")
+        dims = fn.val("ptr", f"load ptr, ptr {p}")
+        for name, s in self.dim_slot.items():
+            p = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {s}")
+            self.env[name] = fn.val("i64", f"load i64, ptr {p}")
+        for b in self.seg.calls:
+            if b.kind == "tir":
+                self._call_tir(b)
+            else:
+                self._gemm(b)
+        fn.emit("ret void")
+        return "\n".join([f"define void @{self.seg.name}(ptr %buffers, ptr %dims) {{\nentry:"] +
+                         ["  " + a for a in fn.entry_allocas] + fn.lines + ["}"])
+
+    def _slot(self, v) -> str:
+        """The data address of buffer ``v``: buffers[k]->data."""
+        fn = self.fn
+        p = fn.val("ptr", f"getelementptr i8, ptr %buffers, i64 {TUPLE_ITEMS_OFFSET + 8 * self.slot_of[v]}")
+        obj = fn.val("ptr", f"load ptr, ptr {p}")
+        p = fn.val("ptr", f"getelementptr i8, ptr {obj}, i64 {ARRAY_DATA_OFFSET}")
+        data = fn.val("ptr", f"load ptr, ptr {p}")
+        return fn.val("i64", f"ptrtoint ptr {data} to i64")
+
+    def _call_tir(self, b: Binding) -> None:
+        fn, f = self.fn, b.callee
+        n = len(f.params) + len(f.dim_vars)
+        arr = f"%args{fn.n}"
+        fn.n += 1
+        fn.entry_allocas.append(f"{arr} = alloca [{max(n, 1)} x i64]")
+        values = [self._slot(v) for v in list(b.args) + list(b.outvars)] + \
+                 [self.env[d] for d in f.dim_vars]
+        for k, v in enumerate(values):
+            p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {k}")
+            fn.emit(f"store i64 {v}, ptr {p}")
+        fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
+
+    def _gemm(self, b: Binding) -> None:
+        """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims."""
+        fn = self.fn
+        a, bm = b.args
+        out = b.outvars[0]
+        ty = llty(out.type.dtype)
+        path, (prefix, suffix) = target.openblas()
+        sym = f"{prefix}{'s' if ty == 'float' else 'd'}gemm{suffix}"
+        self.helpers_used.add(f"declare void @{sym}(i32, i32, i32, i64, i64, i64, {ty}, ptr, i64, "
+                              f"ptr, i64, {ty}, ptr, i64)")
+        ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
+        M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
+        nb = len(osh) - 2
+        pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
+        one, zero = ("1.0", "0.0")
+        lda = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {K}, i64 1)")
+        ldb = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {N}, i64 1)")
+        self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
+        if nb == 0:
+            self._gemm_call(sym, ty, M, N, K, pa, lda, pb, ldb, pc)
+            return
+        # batch loop: t over the output's batch elements; operands broadcast their batch dims
+        t = tir.Var("t")
+        bidx, rest = [], t
+        for d in reversed(osh[:nb]):
+            bidx.append(rest % from_sympy(d))
+            rest = rest // from_sympy(d)
+        bidx.reverse()
+
+        def offset(shape):
+            lead = nb - (len(shape) - 2)
+            off, stride = Const(0, INDEX), from_sympy(shape[-1]) * from_sympy(shape[-2])
+            for k in range(len(shape) - 3, -1, -1):
+                d = shape[k]
+                if not (isinstance(d, int) and d == 1):
+                    off = off + bidx[lead + k] * stride
+                stride = stride * from_sympy(d)
+            return off
+        total = Const(1, INDEX)
+        for d in osh[:nb]:
+            total = total * from_sympy(d)
+        loop = tir.For(t, total, "serial", tir.Seq([]))
+        # emit the loop by hand around the call (the body is not a TIR statement)
+        pre = fn.block
+        head, body, done = fn.label("gemm"), fn.label("gbody"), fn.label("gdone")
+        ext = self._expr(loop.extent)
+        fn.emit(f"br label %{head}")
+        fn.start_block(head)
+        i = f"%t.{fn.n}"
+        fn.n += 1
+        nxt = fn.tmp()
+        fn.emit(f"{i} = phi i64 [ 0, %{pre} ], [ {nxt}, %{body} ]")
+        c = fn.val("i1", f"icmp slt i64 {i}, {ext}")
+        fn.emit(f"br i1 {c}, label %{body}, label %{done}")
+        fn.start_block(body)
+        self.env["t"] = i
+        ptrs = []
+        for p, v in ((pa, a), (pb, bm), (pc, out)):
+            off = self._expr(offset(v.type.shape))
+            ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
+        self._gemm_call(sym, ty, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
+        fn.emit(f"{nxt} = add nsw i64 {i}, 1")
+        fn.emit(f"br label %{head}")
+        fn.start_block(done)
+        del self.env["t"]
+
+    def _gemm_call(self, sym, ty, M, N, K, pa, lda, pb, ldb, pc) -> None:
+        # CblasRowMajor = 101, CblasNoTrans = 111; ldc = max(N, 1) like ldb
+        fn = self.fn
+        nz = fn.val("i64", f"mul i64 {M}, {N}")
+        go = fn.val("i1", f"icmp sgt i64 {nz}, 0")
+        yes, no = fn.label("gcall"), fn.label("gskip")
+        fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
+        fn.start_block(yes)
+        one = "1.0" if ty == "double" else "1.0"
+        fn.emit(f"call void @{sym}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} {one}, "
+                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 {ldb})")
+        fn.emit(f"br label %{no}")
+        fn.start_block(no)
