@@ -221,24 +221,24 @@ def _const(v, dtype) -> Const:
     return Const(int(v), np.dtype(dtype))
 
 
-def reduction_body(name, out_idx, reads, in_type, out_type, axes, store) -> "tir.Stmt":
+def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) -> "tir.Stmt":
     """``acc = init; for r...: acc = combine(acc, x[...]); store(acc)``."""
     x_shape = in_type.shape
     red_axes = [a for a in range(len(x_shape)) if a in axes]
-    rvars = [tir.Var(f"r{k}") for k in range(len(red_axes))]
+    rvars = [tir.fresh(f"r{k}", taken) for k in range(len(red_axes))]
     full, it_out, it_red = [], iter(out_idx), iter(rvars)
     for a in range(len(x_shape)):
         full.append(next(it_red) if a in axes else next(it_out))
     value = reads[0](full)
     if name in ("argmax", "argmin"):
-        return _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store)
+        return _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken)
     init, combine = REDUCERS[name]
     acc_t = _acc_dtype(name, out_type.dtype)
     if dt.is_bool(out_type.dtype) and name in ("reduce_max", "reduce_min"):
         combine = "or" if name == "reduce_max" else "and"
     if value.dtype != acc_t:
         value = op("convert", value, dtype=acc_t)
-    acc = tir.Var("acc", acc_t)
+    acc = tir.fresh("acc", taken, acc_t)
     update: "tir.Stmt" = Assign(acc, op(combine, acc, value, dtype=acc_t, flags=("reassoc",)))
     for v, a in reversed(list(zip(rvars, red_axes))):
         update = For(v, from_sympy(x_shape[a]), "reduction", update)
@@ -246,13 +246,13 @@ def reduction_body(name, out_idx, reads, in_type, out_type, axes, store) -> "tir
     return Seq([Local(acc, _const(init(acc_t), acc_t)), update, store(result)])
 
 
-def _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store):
+def _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken):
     (r,), (a,) = rvars, red_axes
     first = list(full)
     first[a] = Const(0, INDEX)
     x0 = reads[0](first)
-    best = tir.Var("best", x0.dtype)
-    best_i = tir.Var("best_i", INDEX)
+    best = tir.fresh("best", taken, x0.dtype)
+    best_i = tir.fresh("best_i", taken)
     v = reads[0](full)
     better = op("gt" if name == "argmax" else "lt", v, best)
     if dt.is_float(x0.dtype):      # the first NaN wins, as in NumPy
@@ -276,7 +276,7 @@ def _buffer_names(taken: set):
 def _operands(args, taken: set):
     """Buffers for array operands; scalar literals become constants inside the program."""
     buffers, reads, call_args = [], [], []
-    names = _buffer_names(taken)
+    names = _buffer_names(set(taken))
     for k, a in enumerate(args):
         if isinstance(a, Literal) and a.type.ndim == 0 and not isinstance(a.value, np.ndarray) \
                 or isinstance(a, Literal) and a.type.ndim == 0 and np.ndim(a.value) == 0:
@@ -289,6 +289,7 @@ def _operands(args, taken: set):
             reads.append(lambda idx, e=e: e)
             continue
         b = Buffer(next(names), tuple(a.type.shape), a.type.dtype)
+        taken.add(b.name)
         buffers.append(b)
         call_args.append(a)
         reads.append(lambda idx, b=b: b[tuple(idx)])
@@ -328,29 +329,30 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     out_type = out.type
     taken = set(_dim_vars([a.type.shape for a in b.args], out_type.shape, b.params))
     ob = Buffer("out" if "out" not in taken else "out_", tuple(out_type.shape), out_type.dtype)
-    buffers, reads, call_args = _operands(b.args, taken | {ob.name})
+    taken |= {ob.name}
+    buffers, reads, call_args = _operands(b.args, taken)
     rank = len(out_type.shape)
     extents = [from_sympy(d) for d in out_type.shape]
     if b.callee.kind == "reduction":
         axes = b.params["axes"] if "axes" in b.params else (b.params["axis"],)
         body = tir.loop_nest(extents, lambda idx: reduction_body(
-            name, idx, reads, in_types[0], out_type, axes, lambda v: Store(ob, tuple(idx), v)),
-            _loop_kinds(rank))
+            name, idx, reads, in_types[0], out_type, axes, lambda v: Store(ob, tuple(idx), v), taken),
+            _loop_kinds(rank), taken)
     elif name == "matmul":
-        body = _matmul_loops(buffers, ob, in_types, out_type)
+        body = _matmul_loops(buffers, ob, in_types, out_type, taken)
     else:
         rule = COMPUTE.get(name, elementwise_rule if b.callee.kind == "elementwise" else None)
         if rule is None:
             raise NotImplementedError(f"primitive {name} has no loop-level lowering")
         body = tir.loop_nest(extents, lambda idx: Store(
             ob, tuple(idx), rule(name, list(idx), reads, in_types, out_type, **b.params)),
-            _loop_kinds(rank))
+            _loop_kinds(rank), taken)
     params = buffers + [ob]
-    fn = PrimFunc(f"{name}_{name_id}", params, 1, _dim_vars(params, b.params), body)
+    fn = PrimFunc(f"{name}_{name_id}", params, 1, _dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body)
     return fn, call_args
 
 
-def _matmul_loops(buffers, ob, in_types, out_type) -> "tir.Stmt":
+def _matmul_loops(buffers, ob, in_types, out_type, taken) -> "tir.Stmt":
     """Integer (and float16) matmul as loops: i, k, j order so the inner loop is contiguous."""
     a, bm = buffers
     at, bt = in_types
@@ -362,8 +364,8 @@ def _matmul_loops(buffers, ob, in_types, out_type) -> "tir.Stmt":
 
     def body(idx):
         batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
-        k = tir.Var("k")
-        acc = tir.Var("acc", acc_t)
+        k = tir.fresh("k", taken)
+        acc = tir.fresh("acc", taken, acc_t)
         ai = broadcast_index(at.shape[:-2], batch) + [i, k]
         bi = broadcast_index(bt.shape[:-2], batch) + [k, j]
         prod = op("mul", a[tuple(ai)], bm[tuple(bi)])
@@ -373,7 +375,7 @@ def _matmul_loops(buffers, ob, in_types, out_type) -> "tir.Stmt":
         return Seq([Local(acc, _const(0, acc_t)),
                     For(k, kdim, "reduction", Assign(acc, op("add", acc, prod, flags=("reassoc",)))),
                     Store(ob, tuple(idx), res)])
-    return tir.loop_nest(extents, body, _loop_kinds(len(shape)))
+    return tir.loop_nest(extents, body, _loop_kinds(len(shape)), taken)
 
 
 BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}

@@ -100,8 +100,9 @@ def op(name: str, *args, dtype=None, flags: tuple = ()) -> Expr:
     """An ``Op``; the result dtype defaults to bool for comparisons, else the first operand's."""
     xs = [as_expr(a) for a in args]
     if dtype is None:
-        dtype = BOOL if name in _CMP else next((a.dtype for a in xs if not isinstance(a, Const)),
-                                                xs[0].dtype)
+        vals = xs[1:] if name in ("select", "if_then_else") else xs
+        dtype = BOOL if name in _CMP else next((a.dtype for a in vals if not isinstance(a, Const)),
+                                                vals[0].dtype)
     if len(xs) == 2 and name in _INFIX:     # Python ints in builders take the other side's dtype
         ref = next((a.dtype for a in xs if not isinstance(a, Const)), xs[0].dtype)
         xs = [Const(a.value, ref) if isinstance(a, Const) and a.dtype != ref else a for a in xs]
@@ -419,9 +420,18 @@ def verify_primfunc(f: PrimFunc) -> None:
     walk(f.body, {})
 
 
-def loop_nest(extents: Sequence[Expr], body_fn, kinds: Sequence[str], prefix: str = "i") -> Stmt:
+def fresh(name: str, taken: set, dtype=INDEX) -> Var:
+    """A variable named ``name`` (or ``name_``, ...) that no other name in ``taken`` uses."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return Var(name, np.dtype(dtype))
+
+
+def loop_nest(extents: Sequence[Expr], body_fn, kinds: Sequence[str], taken: set,
+              prefix: str = "i") -> Stmt:
     """Nested loops ``for i0 in range(e0): for i1 ...: body_fn([i0, i1, ...])``."""
-    vars_ = [Var(f"{prefix}{k}") for k in range(len(extents))]
+    vars_ = [fresh(f"{prefix}{k}", taken) for k in range(len(extents))]
     stmt = body_fn(vars_)
     for v, e, kind in reversed(list(zip(vars_, extents, kinds))):
         stmt = For(v, as_expr(e), kind, stmt)

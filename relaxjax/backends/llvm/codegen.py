@@ -328,7 +328,7 @@ class KernelEmitter:
         src = e.args[0].dtype
         ty, sty = llty(e.dtype), llty(src)
         flt, sgn = _is_float(src), _signed(src)
-        fm = " reassoc" if "reassoc" in e.flags else ""
+        fm = " reassoc" if "reassoc" in e.flags and flt else ""
 
         def v(instr):
             return fn.val(ty, instr)
@@ -447,9 +447,18 @@ class KernelEmitter:
             op = "sitofp" if _signed(src) else "uitofp"
             return fn.val(d, f"{op} {s} {x} to {d}")
         if _is_float(src):
-            intr = f"llvm.fpto{'s' if _signed(dst) else 'u'}i.sat.{d}.{_suffix(s)}"
-            self.helpers_used.add(f"declare {d} @{intr}({s})")
-            return fn.val(d, f"call {d} @{intr}({s} {x})")
+            # NumPy (C on x86) converts through a wide integer and wraps: -1.0 -> uint8 255.
+            # Saturating conversions keep out-of-range values defined (C leaves them undefined).
+            intr = f"llvm.fptosi.sat.i64.{_suffix(s)}"
+            self.helpers_used.add(f"declare i64 @{intr}({s})")
+            wide = fn.val("i64", f"call i64 @{intr}({s} {x})")
+            if np.dtype(dst) == np.dtype("uint64"):
+                intr_u = f"llvm.fptoui.sat.i64.{_suffix(s)}"
+                self.helpers_used.add(f"declare i64 @{intr_u}({s})")
+                u = fn.val("i64", f"call i64 @{intr_u}({s} {x})")
+                big = fn.val("i1", f"fcmp oge {s} {x}, {_fconst(2.0 ** 63, s)}")
+                wide = fn.val("i64", f"select i1 {big}, i64 {u}, i64 {wide}")
+            return wide if d == "i64" else fn.val(d, f"trunc i64 {wide} to {d}")
         bs, bd = _BITS[s], _BITS[d]
         if bs == bd:
             return x

@@ -148,7 +148,8 @@ class SegmentEmitter(KernelEmitter):
         i = f"%t.{fn.n}"
         fn.n += 1
         nxt = fn.tmp()
-        fn.emit(f"{i} = phi i64 [ 0, %{pre} ], [ {nxt}, %{body} ]")
+        latch = fn.label("glatch")
+        fn.emit(f"{i} = phi i64 [ 0, %{pre} ], [ {nxt}, %{latch} ]")
         c = fn.val("i1", f"icmp slt i64 {i}, {ext}")
         fn.emit(f"br i1 {c}, label %{body}, label %{done}")
         fn.start_block(body)
@@ -158,6 +159,8 @@ class SegmentEmitter(KernelEmitter):
             off = self._expr(offset(v.type.shape))
             ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
         self._gemm_call(sym, ty, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
+        fn.emit(f"br label %{latch}")
+        fn.start_block(latch)
         fn.emit(f"{nxt} = add nsw i64 {i}, 1")
         fn.emit(f"br label %{head}")
         fn.start_block(done)

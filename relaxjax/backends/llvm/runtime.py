@@ -170,7 +170,7 @@ class LLVMExecutable:
     # -- running ---------------------------------------------------------------------------
     def _make_runner(self):
         """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
-        g = {"np": np, "_empty": np.empty, "_asc": np.ascontiguousarray, "_int64": np.int64,
+        g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
              "_host": self._host_op, "min": min, "max": max}
         L = ["def _rj_run(D, arrays):"]
         names = self.dim_names
@@ -282,6 +282,11 @@ class LLVMExecutable:
         if stage == "host":
             return self.python_source
         raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, llvm, llvm-optimized, asm, host")
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
+    return a if a.flags.c_contiguous else np.array(a, order="C")
 
 
 def _rename(d, local: dict) -> str:
