@@ -224,7 +224,7 @@ def print_function(fn: Function) -> str:
         if b.kind == "tir":
             call = f"call_tir({b.callee.name}, {', '.join(args)})"
         elif b.kind == "library":
-            call = f"call_library({b.callee.name!r}, {', '.join(args)})"
+            call = f"call_library(\"{b.callee.name}\", {', '.join(args)})"
         else:
             call = f"{b.callee.name}({', '.join(args)})"
         lines.append(f"  {lhs} = {call}")

@@ -68,7 +68,7 @@ class CacheInfo:
     entries: int
 
 
-@dataclass
+@dataclass(eq=False)
 class _Entry:
     module: IRModule
     executable: Callable
@@ -76,6 +76,23 @@ class _Entry:
     out_tree: Any
     out_kinds: list          # per output leaf: ("value", i) | ("dim", i) | ("const", v)
     trace_seconds: float
+
+    def __post_init__(self):
+        self._names = tuple(self.binder.names)
+        self._values_only = all(k == "value" for k, _ in self.out_kinds)
+        self._single = self._values_only and self.out_tree.num_leaves == 1 and \
+            optree.treespec_is_leaf(self.out_tree)
+
+    def fast_run(self, dims: tuple, arrays):
+        """Run with NumPy array arguments already checked by the binder."""
+        outs = self.executable(dict(zip(self._names, dims)), arrays)
+        if self._single:
+            return outs[self.out_kinds[0][1]]
+        if self._values_only:
+            return optree.tree_unflatten(self.out_tree, [outs[i] for _, i in self.out_kinds])
+        leaves = [outs[v] if k == "value" else int(outs[v]) if k == "dim" else v
+                  for k, v in self.out_kinds]
+        return optree.tree_unflatten(self.out_tree, leaves)
 
 
 _PY_SCALARS = (bool, int, float)
@@ -120,14 +137,25 @@ class Lowered:
         self._jitted = jitted
         self.module = module
         self._build = entry_builder
+        self._compiled: Compiled | None = None
 
-    def as_text(self) -> str:
-        return str(self.module)
+    def as_text(self, stage: str = "traced") -> str:
+        """The program at one stage: "traced" (graph IR as traced), "optimized" (graph IR
+        after the pipeline and lowering, with its call_tir/call_library), "loops" (the
+        loop-level programs), "llvm" (generated LLVM IR), "llvm-optimized", "asm", "host"
+        (the generated per-call Python)."""
+        if stage == "traced":
+            return str(self.module)
+        return self.compile().as_text(stage)
 
     def __str__(self) -> str:
         return self.as_text()
 
     def compile(self, pipeline: Sequence[Pass] | None = None) -> "Compiled":
+        if pipeline is None:
+            if self._compiled is None:
+                self._compiled = Compiled(self._jitted, self._build(None))
+            return self._compiled
         return Compiled(self._jitted, self._build(pipeline))
 
 
@@ -138,8 +166,14 @@ class Compiled:
         self._jitted = jitted
         self._entry = entry
 
-    def as_text(self) -> str:
-        return str(self._entry.module)
+    def as_text(self, stage: str = "optimized") -> str:
+        """See :meth:`Lowered.as_text`; the default is the graph IR the backend runs."""
+        exe = self._entry.executable
+        if hasattr(exe, "as_text"):
+            return exe.as_text(stage)
+        if stage == "optimized":
+            return str(self._entry.module)
+        raise ValueError(f"the {self._jitted.backend} backend has no {stage!r} text")
 
     def __call__(self, *args, **kwargs):
         call = self._jitted._prepare(args, kwargs)
@@ -155,7 +189,7 @@ class Jitted:
     """The object ``jit`` returns.  See :func:`jit`."""
 
     def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
-                 backend: str = "numpy", pipeline: Sequence[Pass] | None = None):
+                 backend: str = "llvm", pipeline: Sequence[Pass] | None = None):
         self.fun = fun
         functools.update_wrapper(self, fun)
         self.backend = backend
@@ -179,6 +213,16 @@ class Jitted:
         self.static_argnames = names
         self._cache: dict = {}
         self._hits = self._misses = self._compiles = 0
+        # Fast dispatch for the common call: every argument a NumPy array, passed
+        # positionally, nothing static.  Keyed by (dtype, rank) per argument; each entry's
+        # binder then checks the shapes exactly as the full path would.
+        self._fast: dict = {}
+        self._fast_arity = None
+        self._last_key = None
+        if self._sig is not None and shapes is None and not self.static_argnums and not names:
+            ps = list(self._sig.parameters.values())
+            if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps):
+                self._fast_arity = len(ps)
 
     # -- public API -----------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
@@ -187,6 +231,7 @@ class Jitted:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._fast.clear()
         self._hits = self._misses = self._compiles = 0
 
     def lower(self, *args, **kwargs) -> Lowered:
@@ -196,12 +241,34 @@ class Jitted:
         return Lowered(self, module, build)
 
     def __call__(self, *args, **kwargs):
+        if not kwargs and len(args) == self._fast_arity:
+            try:
+                key = tuple([(a.dtype, a.ndim) for a in args if type(a) is np.ndarray])
+            except AttributeError:
+                key = ()
+            if len(key) == len(args):
+                shapes = tuple([a.shape for a in args])
+                for entry in self._fast.get(key, ()):
+                    dims = entry.binder(shapes)
+                    if type(dims) is tuple:
+                        self._hits += 1
+                        return entry.fast_run(dims, args)
+                out = self._call_slow(args, kwargs)
+                entries = self._fast.setdefault(key, [])
+                for e in self._cache.get(self._last_key, ()):
+                    if e not in entries:
+                        entries.append(e)
+                return out
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args, kwargs):
         call = self._prepare(args, kwargs)
         if call.has_tracer:                       # jit inside jit: inline
             return self.fun(*args, **kwargs)
         if call.has_struct:
             raise TypeError("ShapeDtypeStruct arguments are for lower()/make_ir(), not for calls")
         entries = self._cache.setdefault(call.key, [])
+        self._last_key = call.key
         shapes = call.shapes
         for entry in entries:
             dims = entry.binder(shapes)
@@ -541,7 +608,7 @@ def _ordered(sig, args, kwargs):
 
 
 def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_argnames=(),
-        backend: str = "numpy", pipeline: Sequence[Pass] | None = None):
+        backend: str = "llvm", pipeline: Sequence[Pass] | None = None):
     """Compile ``fun`` for dynamic shapes.
 
     Without ``shapes`` (automatic mode) the first call makes every dimension of size >= 2 a

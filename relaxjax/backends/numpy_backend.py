@@ -117,6 +117,12 @@ class NumpyExecutable:
                     env[i] = o
             return [g(env, D) for g in self.results]
 
+    def as_text(self, stage: str) -> str:
+        if stage == "optimized":
+            return str(self.fn)
+        raise ValueError(f"the numpy backend interprets the graph IR; it has no {stage!r} text "
+                         f"(use backend='llvm' for loops, llvm and asm)")
+
     @staticmethod
     def _fail(b: Binding, t, o, D):
         dims = ", ".join(f"{k}={v}" for k, v in D.items())

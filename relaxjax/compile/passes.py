@@ -40,11 +40,13 @@ def _dump(stage: str, module: IRModule) -> None:
             f.write(text)
 
 
-def run_pipeline(module: IRModule, passes: Sequence[Pass], *, check: bool | None = None) -> IRModule:
+def run_pipeline(module: IRModule, passes: Sequence[Pass], *, check: bool | None = None,
+                 dump_input: bool = True) -> IRModule:
     """Run ``passes`` in order; verify after each when ``check`` (or RELAXJAX_VERIFY=1)."""
     if check is None:
         check = os.environ.get("RELAXJAX_VERIFY", "0") not in ("", "0")
-    _dump("tracing", module)
+    if dump_input:
+        _dump("tracing", module)
     for p in passes:
         module = p(module)
         _dump(p.name, module)

@@ -31,9 +31,29 @@ class _AssumingEnv(ShapeEnv):
 
 
 def verify(module: IRModule) -> None:
+    from .tir import PrimFunc, TIRError, verify_primfunc
     for fn in module.functions.values():
         if isinstance(fn, Function):
             verify_function(fn)
+        elif isinstance(fn, PrimFunc):
+            try:
+                verify_primfunc(fn)
+            except TIRError as e:
+                raise VerificationError(str(e)) from None
+
+
+def _check_tir_call(b, env, err, where) -> None:
+    """call_tir: the graph operands and results have the program's buffer types."""
+    f = b.callee
+    if len(b.args) != len(f.inputs) or len(b.outvars) != len(f.outputs):
+        err(f"{where}: {len(b.args)} operands and {len(b.outvars)} results for a program with "
+            f"{len(f.inputs)} inputs and {len(f.outputs)} outputs")
+    for a, buf in zip(list(b.args) + list(b.outvars), f.params):
+        t = a.type
+        same = (t.dtype == buf.dtype and len(t.shape) == len(buf.shape) and all(
+            env.try_prove("==", x, y) is not False for x, y in zip(t.shape, buf.shape)))
+        if not same:
+            err(f"{where}: operand of type {t} passed for buffer {buf.name}: {buf.type_str()}")
 
 
 def verify_function(fn: Function) -> None:
@@ -64,6 +84,8 @@ def verify_function(fn: Function) -> None:
         where = f"binding {i} ({b.callee.name})"
         for a in b.args:
             check_atom(a, where)
+        if b.kind == "tir":
+            _check_tir_call(b, env, err, where)
         if b.kind == "primitive":
             try:
                 types = b.callee.abstract_eval(env, [a.type for a in b.args], b.params)

@@ -11,6 +11,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ...compile.legalize import HOST_OPS, legalize
+from ...compile.passes import run_pipeline
 from ...compile.tir import PrimFunc
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
@@ -26,6 +27,7 @@ PARALLEL_MIN_WORK = ctypes.c_int64(1 << 15)
 
 _SEGMENT = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.py_object)
 _ENGINES: dict = {}
+_KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
@@ -78,6 +80,38 @@ def compile_llvm(text: str, entry_names: list) -> CompiledModule:
     return cm
 
 
+def compile_kernel(f: PrimFunc) -> tuple[CompiledModule, str, str]:
+    """One loop-level program as its own LLVM module; its entry is exported under a name
+    derived from the program's text so segments of any function can call it."""
+    key = hashlib.sha256(f.signature_text().encode()).hexdigest()[:20]
+    sym = f"rjk_{key}"
+    with _LOCK:
+        hit = _KERNELS.get(sym)
+    if hit is not None:
+        return hit
+    em = KernelEmitter(f, sym)
+    body = em.emit()
+    decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
+             "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
+             "declare i64 @llvm.smin.i64(i64, i64)"}
+    helpers = []
+    for h in sorted(em.helpers_used, key=str):
+        src = helper_source(h)
+        decls |= {line for line in src.split("\n") if line.startswith("declare")}
+        rest = "\n".join(line for line in src.split("\n") if not line.startswith("declare"))
+        if rest.strip():
+            helpers.append(rest)
+    text = "\n\n".join(
+        [f"; {f.name}", "@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64",
+         "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))] + helpers + [body] +
+        ['attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }']) + "\n"
+    cm = compile_llvm(text, [])
+    llvm.add_symbol(sym, cm.engine.get_function_address(sym))
+    with _LOCK:
+        _KERNELS[sym] = (cm, sym, text)
+    return cm, sym, text
+
+
 def _has_unlowered(fn: Function) -> bool:
     return any(b.kind == "primitive" and b.callee.name not in HOST_OPS for b in fn.bindings)
 
@@ -91,13 +125,12 @@ class LLVMExecutable:
             set_num_threads(1)
         _runtime_symbols()
         if _has_unlowered(module.main):       # the backend needs loops: lower what is left
-            module = legalize(module)
+            module = run_pipeline(module, [legalize], dump_input=False)
         self.module = module
         fn = module.main
         self.fn = fn
         self._plan(fn)
         self.llvm_ir = self._emit()
-        self.compiled = compile_llvm(self.llvm_ir, [s.name for s in self.segments])
         self._run = self._make_runner()
 
     # -- planning ------------------------------------------------------------------------
@@ -130,42 +163,31 @@ class LLVMExecutable:
         self.dim_slot = {n: k for k, n in enumerate(dim_names)}
 
     def _emit(self) -> str:
+        """Compile each distinct kernel once per process (its own LLVM module, named by a
+        hash of its text, so equal kernels in different functions share machine code), then
+        the segments that call them.  Returns the full LLVM IR text for inspection."""
         kernels: dict = {}
         for seg in self.segments:
             for b in seg.calls:
                 if b.kind == "tir" and id(b.callee) not in kernels:
                     kernels[id(b.callee)] = b.callee
-        parts, math_used, helpers, syms = [], set(), set(), {}
-        for k, f in enumerate(kernels.values()):
-            syms[id(f)] = f"k{k}.{f.name}"
-            em = KernelEmitter(f, syms[id(f)])
-            parts.append(f"; {f.name}\n" + em.emit())
-            math_used |= em.math_used
-            helpers |= em.helpers_used
+        syms, texts, self.kernel_modules = {}, [], []
+        for f in kernels.values():
+            cm, sym, text = compile_kernel(f)
+            syms[id(f)] = sym
+            texts.append(text)
+            self.kernel_modules.append(cm)
+        parts, helpers = [], set()
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms)
             parts.append(em.emit())
             helpers |= em.helpers_used
-        decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
-                 "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
-                 "declare i64 @llvm.smin.i64(i64, i64)"}
-        bodies = []
-        for h in sorted(helpers, key=str):
-            src = helper_source(h)
-            for line in src.split("\n"):
-                if line.startswith("declare"):
-                    decls.add(line)
-            body = "\n".join(l for l in src.split("\n") if not l.startswith("declare"))
-            if body.strip():
-                bodies.append(body)
-        head = ["; relaxjax: " + self.fn.name,
-                "@rj_num_threads = external global i32",
-                "@rj_parallel_min_work = external global i64"]
-        tail = ["attributes #0 = { nounwind }",
-                'attributes #1 = { nounwind "no-trapping-math"="true" }']
-        return "\n\n".join(["\n".join(head), "\n".join(sorted(decls)),
-                            "\n".join(mathlib.declarations(math_used))] + bodies + parts +
-                           ["\n".join(tail)]) + "\n"
+        decls = {f"declare void @{s}(ptr)" for s in syms.values()} | \
+            {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
+        seg_text = "\n\n".join([f"; relaxjax host segments of {self.fn.name}", "\n".join(sorted(decls))]
+                                + parts) + "\n"
+        self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments])
+        return "\n\n".join(texts + [seg_text])
 
     # -- running ---------------------------------------------------------------------------
     def _make_runner(self):
@@ -206,7 +228,7 @@ class LLVMExecutable:
                         g[f"_t{self.slot_of[v]}"] = v.type.dtype
                         L.append(f"  _b[{self.slot_of[v]}] = _empty(({shape}{',' if len(v.type.shape) == 1 else ''}), "
                                  f"_t{self.slot_of[v]})")
-                g[f"_seg{si}"] = self.compiled.functions[st.name]
+                g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 L.append(f"  _seg{si}(tuple(_b), _dims)")
             else:
                 L.append(f"  _host({si}, _b, D, _dims)")
@@ -276,9 +298,9 @@ class LLVMExecutable:
         if stage == "llvm":
             return self.llvm_ir
         if stage == "llvm-optimized":
-            return self.compiled.optimized
+            return "\n\n".join(m.optimized for m in self.kernel_modules + [self.segment_module])
         if stage == "asm":
-            return self.compiled.assembly()
+            return "\n\n".join(m.assembly() for m in self.kernel_modules + [self.segment_module])
         if stage == "host":
             return self.python_source
         raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, llvm, llvm-optimized, asm, host")
