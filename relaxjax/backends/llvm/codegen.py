@@ -95,14 +95,16 @@ class KernelEmitter:
     def emit(self) -> str:
         f = self.f
         parallel = isinstance(f.body, For) and f.body.kind == "parallel"
-        bufs = ", ".join(f"ptr noalias %{b.name}" for b in f.params)
-        dims = "".join(f", i64 %{d}" for d in f.dim_vars)
+        # positional LLVM names, so programs that differ only in names share machine code
+        self.bufname = {b.name: f"%b{k}" for k, b in enumerate(f.params)}
+        bufs = ", ".join(f"ptr noalias %b{k}" for k in range(len(f.params)))
+        dims = "".join(f", i64 %d{k}" for k in range(len(f.dim_vars)))
         body = self._body_fn(f"{self.sym}.body", bufs + dims, parallel)
         return "\n\n".join([body, self._omp_fn(), self._entry_fn(parallel)])
 
     def _body_fn(self, name, params, parallel) -> str:
         fn = self.fn = _Fn()
-        self.env: dict = {d: f"%{d}" for d in self.f.dim_vars}
+        self.env: dict = {d: f"%d{k}" for k, d in enumerate(self.f.dim_vars)}
         self.locals: dict = {}
         self.strides: dict = {}
         for b in self.f.params:
@@ -273,7 +275,7 @@ class KernelEmitter:
                 v = fn.val("i64", f"mul nsw i64 {v}, {st}")
             lin = v if lin is None else fn.val("i64", f"add nsw i64 {lin}, {v}")
         lin = lin or "0"
-        return fn.val("ptr", f"getelementptr inbounds {memty(b.dtype)}, ptr %{b.name}, i64 {lin}")
+        return fn.val("ptr", f"getelementptr inbounds {memty(b.dtype)}, ptr {self.bufname[b.name]}, i64 {lin}")
 
     # -- expressions ---------------------------------------------------------------------
     def _expr(self, e) -> str:

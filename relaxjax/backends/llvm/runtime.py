@@ -81,15 +81,10 @@ def compile_llvm(text: str, entry_names: list) -> CompiledModule:
 
 
 def compile_kernel(f: PrimFunc) -> tuple[CompiledModule, str, str]:
-    """One loop-level program as its own LLVM module; its entry is exported under a name
-    derived from the program's text so segments of any function can call it."""
-    key = hashlib.sha256(f.signature_text().encode()).hexdigest()[:20]
-    sym = f"rjk_{key}"
-    with _LOCK:
-        hit = _KERNELS.get(sym)
-    if hit is not None:
-        return hit
-    em = KernelEmitter(f, sym)
+    """One loop-level program as its own LLVM module.  Its entry is exported under a name
+    derived from the generated code, so equal programs in any function (whatever their
+    buffers and dims are called) share one compiled kernel."""
+    em = KernelEmitter(f, "@@SYM@@")
     body = em.emit()
     decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
              "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
@@ -102,14 +97,20 @@ def compile_kernel(f: PrimFunc) -> tuple[CompiledModule, str, str]:
         if rest.strip():
             helpers.append(rest)
     text = "\n\n".join(
-        [f"; {f.name}", "@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64",
+        ["@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64",
          "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))] + helpers + [body] +
         ['attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }']) + "\n"
+    sym = "rjk_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    text = text.replace("@@SYM@@", sym)
+    with _LOCK:
+        hit = _KERNELS.get(sym)
+    if hit is not None:
+        return hit[0], sym, f"; {f.name}\n" + text
     cm = compile_llvm(text, [])
     llvm.add_symbol(sym, cm.engine.get_function_address(sym))
     with _LOCK:
-        _KERNELS[sym] = (cm, sym, text)
-    return cm, sym, text
+        _KERNELS[sym] = (cm, text)
+    return cm, sym, f"; {f.name}\n" + text
 
 
 def _has_unlowered(fn: Function) -> bool:
