@@ -22,3 +22,11 @@ def test_quickstart_compiles_once():
     assert r.returncode == 0, r.stderr
     assert "cache: 1 compile, 4 hits, 1 miss for 5 batch sizes" in r.stdout
     assert "ShapeError: argument x: expected rank 2" in r.stdout
+
+
+def test_readme_llvm_block_prints_the_lowered_ir_it_shows(capsys):
+    src = (ROOT / "README.md").read_text()
+    code, shown = re.findall(r"## The LLVM backend\n\n```python\n(.*?)```\n[^\n]*prints[^\n]*\n```\n(.*?)```",
+                             src, re.S)[0]
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out == shown

@@ -293,7 +293,7 @@ class LLVMExecutable:
     # -- inspection ------------------------------------------------------------------------
     def as_text(self, stage: str) -> str:
         if stage == "optimized":
-            return str(self.module)
+            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, Function))
         if stage == "loops":
             return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, PrimFunc))
         if stage == "llvm":
