@@ -309,3 +309,17 @@ def test_data_dependent_shapes_run_between_segments():
     for n in (1, 5, 40):
         x = np.linspace(-1, 1, n).astype(np.float32)
         assert_same(f(x), np.exp(x[x > 0]) + np.sum(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm"])
+def test_out_of_range_gather_indices_raise_like_numpy(backend):
+    x = np.arange(10, dtype=np.float32)
+    f = rj.jit(lambda a, i: rnp.take(a, i * 2), backend=backend)
+    assert_same(f(x, np.array([0, 4, -3])), x[[0, 8, -6]])
+    with pytest.raises(IndexError, match="index 10 is out of bounds for axis 0 with size 10"):
+        f(x, np.array([1, 5]))
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 10"):
+        f(x, np.array([-6]))
+    g = rj.jit(lambda a, i: rnp.take_along_axis(a, i, axis=1), backend=backend)
+    with pytest.raises(IndexError, match="out of bounds for axis 1 with size 3"):
+        g(np.ones((2, 3)), np.array([[0], [3]]))

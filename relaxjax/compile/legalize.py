@@ -158,8 +158,8 @@ def _iota(name, idx, reads, in_types, out_type, *, shape, dimension, dtype):
 
 
 def _gather_index(j: Expr, d) -> Expr:
-    """NumPy's negative indices count from the end; out-of-range ones are clamped (as in JAX)
-    so generated code never reads outside the buffer."""
+    """NumPy's negative indices count from the end.  Out-of-range indices are rejected by the
+    caller before the call (``host_checks``); the clamp keeps the loops in bounds regardless."""
     n = from_sympy(d)
     j = op("select", op("lt", j, 0), j + n, j)
     return op("max", op("min", j, n - 1), 0)
@@ -348,7 +348,12 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
             ob, tuple(idx), rule(name, list(idx), reads, in_types, out_type, **b.params)),
             _loop_kinds(rank), taken)
     params = buffers + [ob]
-    fn = PrimFunc(f"{name}_{name_id}", params, 1, _dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body)
+    checks = []
+    if name in ("take", "take_along_axis") and isinstance(b.args[1], Var):
+        axis = b.params["axis"]
+        checks.append(("index_range", call_args.index(b.args[1]), in_types[0].shape[axis], axis))
+    fn = PrimFunc(f"{name}_{name_id}", params, 1, _dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body,
+                  checks)
     return fn, call_args
 
 

@@ -252,6 +252,10 @@ class PrimFunc:
     n_outputs: int
     dim_vars: list
     body: Stmt
+    # Run-time checks the caller makes before the call, for what the loops cannot report:
+    # ("index_range", operand position, axis size, axis) says that operand holds indices
+    # into an axis of that size (negative ones count from the end), as NumPy checks them.
+    host_checks: list = field(default_factory=list)
     call_kind = "tir"
 
     @property

@@ -46,6 +46,12 @@ class HostOp:
     binding: Binding
 
 
+@dataclass
+class HostCheck:
+    """The ``host_checks`` of a call, made before the segment that holds the call."""
+    binding: Binding
+
+
 class SegmentEmitter(KernelEmitter):
     """Emits ``void seg(PyObject *buffers, PyObject *dims)``: ``buffers`` is a tuple of NumPy
     arrays and ``dims`` an int64 array; the data pointers are read from the array objects

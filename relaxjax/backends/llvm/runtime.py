@@ -18,7 +18,7 @@ from ...ir import Binding, Function, IRModule, Literal, Var
 from ...shapes import dim_str, free_symbols, is_symbolic
 from . import mathlib, target
 from .codegen import KernelEmitter, helper_source
-from .host import HostOp, Segment, SegmentEmitter, check_object_layout
+from .host import HostCheck, HostOp, Segment, SegmentEmitter, check_object_layout
 
 # Process-wide knobs read by every kernel: thread count (0 = OpenMP's default) and the work
 # (elements touched) below which a kernel stays on the calling thread.
@@ -155,6 +155,8 @@ class LLVMExecutable:
             if b.kind == "primitive":
                 steps.append(HostOp(b))
             else:
+                if b.kind == "tir" and b.callee.host_checks:
+                    steps.append(HostCheck(b))
                 if not steps or not isinstance(steps[-1], Segment):
                     steps.append(Segment(f"seg{sum(isinstance(s, Segment) for s in steps)}"))
                 steps[-1].calls.append(b)
@@ -194,7 +196,7 @@ class LLVMExecutable:
     def _make_runner(self):
         """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
-             "_host": self._host_op, "min": min, "max": max}
+             "_host": self._host_op, "_check": self._host_check, "min": min, "max": max}
         L = ["def _rj_run(D, arrays):"]
         names = self.dim_names
         local = {n: f"_d_{k}" for k, n in enumerate(names)}
@@ -231,6 +233,8 @@ class LLVMExecutable:
                                  f"_t{self.slot_of[v]})")
                 g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 L.append(f"  _seg{si}(tuple(_b), _dims)")
+            elif isinstance(st, HostCheck):
+                L.append(f"  _check({si}, _b, D)")
             else:
                 L.append(f"  _host({si}, _b, D, _dims)")
                 for v in st.binding.outvars:        # dims the host op bound
@@ -250,6 +254,15 @@ class LLVMExecutable:
         self.python_source = "\n".join(L)
         exec(compile(self.python_source, f"<relaxjax host {self.fn.name}>", "exec"), g)  # noqa: S102
         return g["_rj_run"]
+
+    def _host_check(self, step: int, bufs: list, D: dict) -> None:
+        b: Binding = self.steps[step].binding
+        for kind, pos, size, axis in b.callee.host_checks:
+            idx = bufs[self.slot_of[b.args[pos]]]
+            n = _eval(size, D)
+            if idx.size and (idx.min() < -n or idx.max() >= n):
+                bad = idx.min() if idx.min() < -n else idx.max()
+                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
 
     def _host_op(self, step: int, bufs: list, D: dict, dims) -> None:
         b: Binding = self.steps[step].binding
