@@ -22,7 +22,7 @@ import numpy as np
 import sympy
 
 from .. import dtypes as dt
-from ..ir import Binding, Function, IRModule, Literal, TensorType, Var
+from ..ir import Binding, Function, IRModule, Literal, Var
 from ..shapes import free_symbols, is_symbolic
 from . import tir
 from .tir import (INDEX, BOOL, Buffer, Const, Expr, For, Local, Assign, PrimFunc, Seq, Store,

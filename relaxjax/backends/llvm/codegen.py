@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...compile import tir
-from ...compile.tir import (INDEX, BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
+from ...compile.tir import (BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
                             Store, Var, from_sympy)
 from . import mathlib
 

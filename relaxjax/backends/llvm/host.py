@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...compile import tir
-from ...compile.tir import INDEX, Const, from_sympy, op
-from ...ir import Binding, Function, Literal, Var
+from ...compile.tir import INDEX, Const, from_sympy
+from ...ir import Binding
 from .codegen import KernelEmitter, _Fn, llty
 from . import target
 

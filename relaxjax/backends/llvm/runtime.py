@@ -199,18 +199,7 @@ class LLVMExecutable:
              "_host": self._host_op, "_check": self._host_check, "min": min, "max": max}
         L = ["def _rj_run(D, arrays):"]
         names = self.dim_names
-        local = {n: f"_d_{k}" for k, n in enumerate(names)}
-
-        def dexpr(d):
-            if isinstance(d, int):
-                return str(d)
-            s = dim_str(d)
-            for n in sorted(free_symbols(d), key=lambda s: -len(s.name)):
-                pass
-            return f"_dim({s!r}, D)" if any(sy.name not in local for sy in free_symbols(d)) else \
-                _rename(d, local)
-        for k, p in enumerate(self.fn.params):
-            pass
+        local = {n: f"_d_{k}" for k, n in enumerate(names)}      # dims as Python locals
         bound = [s.name for s in self.fn.dim_vars]
         for n in bound:
             L.append(f"  {local[n]} = D[{n!r}]")
@@ -277,15 +266,12 @@ class LLVMExecutable:
         if name == "match_cast":
             x = args[0]
             for ax, want in enumerate(out[0].type.shape):
-                if isinstance(want, int) or not (free_symbols(want) - set()) or True:
-                    syms = [s for s in free_symbols(want)] if not isinstance(want, int) else []
-                    new = [s for s in syms if s.name not in D]
-                    if len(new) == 1 and want == new[0]:
-                        D[want.name] = x.shape[ax]
-                        dims[self.dim_slot[want.name]] = x.shape[ax]
-                    elif _eval(want, D) != x.shape[ax]:
-                        raise ShapeError(f"match_cast at {b.source}: axis {ax} has {x.shape[ax]}, "
-                                         f"expected {dim_str(want)} = {_eval(want, D)}")
+                if not isinstance(want, int) and want.is_Symbol and want.name not in D:
+                    D[want.name] = x.shape[ax]                       # binds a new dim
+                    dims[self.dim_slot[want.name]] = x.shape[ax]
+                elif _eval(want, D) != x.shape[ax]:
+                    raise ShapeError(f"match_cast at {b.source}: axis {ax} has {x.shape[ax]}, "
+                                     f"expected {dim_str(want)} = {_eval(want, D)}")
             bufs[self.slot_of[out[0]]] = x
             return
         # data-dependent ops: the reference implementation decides the size
