@@ -1,9 +1,9 @@
 """The host side of a compiled graph function.
 
-The lowered graph function becomes a *plan*: every buffer value gets a slot in an i64 array
-(its address), every dim a slot (its value).  Runs of ``call_tir`` / ``call_library``
-bindings become one native *segment* function ``void seg(i64* slots)`` that calls the
-kernels and BLAS in order, so a call costs one ctypes transition per segment.  Host
+The lowered graph function becomes a *plan*: every buffer value gets a slot in a tuple of
+arrays, every dim a slot in an int64 array.  Runs of ``call_tir`` / ``call_library``
+bindings become one native *segment* function ``void seg(PyObject *buffers, PyObject *dims)``
+that calls the kernels and BLAS in order, so a call costs one ctypes transition per segment.  Host
 operations between segments (reshape views, match_cast checks, data-dependent ops whose
 output size must be read before allocating) run in Python.
 """
@@ -117,7 +117,6 @@ class SegmentEmitter(KernelEmitter):
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
         nb = len(osh) - 2
         pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
-        one, zero = ("1.0", "0.0")
         lda = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {K}, i64 1)")
         ldb = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {N}, i64 1)")
         self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
@@ -144,11 +143,10 @@ class SegmentEmitter(KernelEmitter):
         total = Const(1, INDEX)
         for d in osh[:nb]:
             total = total * from_sympy(d)
-        loop = tir.For(t, total, "serial", tir.Seq([]))
-        # emit the loop by hand around the call (the body is not a TIR statement)
+        # the loop is emitted by hand around the call (a call is not a TIR statement)
         pre = fn.block
         head, body, done = fn.label("gemm"), fn.label("gbody"), fn.label("gdone")
-        ext = self._expr(loop.extent)
+        ext = self._expr(total)
         fn.emit(f"br label %{head}")
         fn.start_block(head)
         i = f"%t.{fn.n}"
@@ -180,8 +178,7 @@ class SegmentEmitter(KernelEmitter):
         yes, no = fn.label("gcall"), fn.label("gskip")
         fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
         fn.start_block(yes)
-        one = "1.0" if ty == "double" else "1.0"
-        fn.emit(f"call void @{sym}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} {one}, "
+        fn.emit(f"call void @{sym}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} 1.0, "
                 f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 {ldb})")
         fn.emit(f"br label %{no}")
         fn.start_block(no)
