@@ -112,6 +112,11 @@ class Function:
     results: list
     bounds: dict = field(default_factory=dict)
     guards: list = field(default_factory=list)
+    attrs: dict = field(default_factory=dict)
+
+    # A Function is also a callee: ``FuseOps`` groups bindings into sub-functions with
+    # ``attrs["primitive"]`` set, called from the entry like any other op.
+    call_kind = "function"
 
     @property
     def dim_vars(self) -> list:
@@ -208,6 +213,8 @@ def print_function(fn: Function) -> str:
     rtypes = [rtype(r) for r in fn.results]
     ret = rtypes[0] if len(rtypes) == 1 else "(" + ", ".join(rtypes) + ")"
     lines = [f"def {fn.name}({params}) -> {ret}:"]
+    if fn.attrs:
+        lines.append("  # " + ", ".join(f"{k}={v}" for k, v in sorted(fn.attrs.items())))
     custom = {s: b for s, b in fn.bounds.items() if b != (1, INF)}
     if custom:
         lines.append("  # " + ", ".join(
@@ -225,6 +232,8 @@ def print_function(fn: Function) -> str:
             call = f"call_tir({b.callee.name}, {', '.join(args)})"
         elif b.kind == "library":
             call = f"call_library(\"{b.callee.name}\", {', '.join(args)})"
+        elif b.kind == "function":
+            call = f"@{b.callee.name}({', '.join(args)})"
         else:
             call = f"{b.callee.name}({', '.join(args)})"
         lines.append(f"  {lhs} = {call}")

@@ -415,7 +415,7 @@ def _legalize(module: IRModule) -> IRModule:
                     seen[key] = nb.callee
                     fns[nb.callee.name] = nb.callee
             bindings.append(nb)
-        fns[name] = Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds, f.guards)
+        fns[name] = Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds, f.guards, f.attrs)
     return IRModule(fns, module.entry)
 
 

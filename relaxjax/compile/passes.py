@@ -86,7 +86,7 @@ def _dce_function(fn: Function) -> Function:
     kept.reverse()
     if len(kept) == len(fn.bindings):
         return fn
-    return Function(fn.name, fn.params, fn.param_names, kept, fn.results, fn.bounds, fn.guards)
+    return Function(fn.name, fn.params, fn.param_names, kept, fn.results, fn.bounds, fn.guards, fn.attrs)
 
 
 def _dce(module: IRModule) -> IRModule:

@@ -42,6 +42,18 @@ def verify(module: IRModule) -> None:
                 raise VerificationError(str(e)) from None
 
 
+def _check_function_call(b, env, err, where) -> None:
+    """A call of a graph sub-function: operands and results match its signature."""
+    f = b.callee
+    if len(b.args) != len(f.params) or len(b.outvars) != len(f.results):
+        err(f"{where}: {len(b.args)} operands and {len(b.outvars)} results for @{f.name} with "
+            f"{len(f.params)} parameters and {len(f.results)} results")
+    for a, p in zip(list(b.args) + list(b.outvars), list(f.params) + list(f.results)):
+        t, want = a.type, p.type
+        if t.dtype != want.dtype or len(t.shape) != len(want.shape):
+            err(f"{where}: operand of type {t} passed for {want} of @{f.name}")
+
+
 def _check_tir_call(b, env, err, where) -> None:
     """call_tir: the graph operands and results have the program's buffer types."""
     f = b.callee
@@ -86,6 +98,8 @@ def verify_function(fn: Function) -> None:
             check_atom(a, where)
         if b.kind == "tir":
             _check_tir_call(b, env, err, where)
+        if b.kind == "function":
+            _check_function_call(b, env, err, where)
         if b.kind == "primitive":
             try:
                 types = b.callee.abstract_eval(env, [a.type for a in b.args], b.params)
