@@ -348,8 +348,11 @@ class Jitted:
                              self.__name__)
 
         def build(pipeline):
-            lowered = run_pipeline(module, pipeline if pipeline is not None else default_pipeline())
-            exe = get_backend(self.backend)(lowered)
+            backend = get_backend(self.backend)
+            if pipeline is None:
+                pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
+            lowered = run_pipeline(module, pipeline)
+            exe = backend(lowered)
             return _Entry(lowered, exe, binder, out_tree, kinds, trace_seconds)
         return module, build
 

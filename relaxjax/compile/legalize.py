@@ -398,24 +398,50 @@ def lower_binding(b: Binding, name_id: int = 0) -> Binding:
     return Binding(b.outvars, fn, args, {}, b.source)
 
 
+def _inline(b: Binding) -> list:
+    """The bindings of a called sub-function, with its parameters and results replaced."""
+    sub = b.callee
+    value_of = dict(zip(sub.params, b.args))
+    value_of.update(zip(sub.results, b.outvars))
+    return [Binding([value_of.get(v, v) for v in x.outvars], x.callee,
+                    [value_of.get(a, a) if isinstance(a, Var) else a for a in x.args], x.params, x.source)
+            for x in sub.bindings]
+
+
+def _lower_call(b: Binding, name_id: int) -> list:
+    if b.kind == "function" and b.callee.attrs.get("primitive"):
+        from .fuse_tir import FusionError, lower_fused_call
+        try:
+            return lower_fused_call(b, b.callee.name)
+        except FusionError:               # not expressible as one program: lower op by op
+            return [lower_binding(x, name_id) for x in _inline(b)]
+    return [lower_binding(b, name_id)]
+
+
 def _legalize(module: IRModule) -> IRModule:
     fns = dict(module.functions)
+    lowered_subs = set()
     for name, f in module.functions.items():
-        if not isinstance(f, Function):
+        if not isinstance(f, Function) or f.attrs.get("primitive"):
             continue
         bindings = []
         seen: dict = {}
         for b in f.bindings:
-            nb = lower_binding(b, len(seen))
-            if nb.kind == "tir":           # one program per distinct computation
-                key = nb.callee.signature_text()
-                if key in seen:
-                    nb = Binding(nb.outvars, seen[key], nb.args, nb.params, nb.source)
-                else:
-                    seen[key] = nb.callee
-                    fns[nb.callee.name] = nb.callee
-            bindings.append(nb)
+            if b.kind == "function" and b.callee.attrs.get("primitive"):
+                lowered_subs.add(b.callee.name)
+            for nb in _lower_call(b, len(seen)):
+                if nb.kind == "tir":           # one program per distinct computation
+                    key = nb.callee.signature_text()
+                    if key in seen:
+                        nb = Binding(nb.outvars, seen[key], nb.args, nb.params, nb.source)
+                    else:
+                        seen[key] = nb.callee
+                        fns[nb.callee.name] = nb.callee
+                bindings.append(nb)
         fns[name] = Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds, f.guards, f.attrs)
+    for n in lowered_subs:                     # fused sub-functions now live as programs
+        if isinstance(fns.get(n), Function):
+            del fns[n]
     return IRModule(fns, module.entry)
 
 

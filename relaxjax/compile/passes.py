@@ -97,6 +97,9 @@ def _dce(module: IRModule) -> IRModule:
 dead_code_elimination = Pass("DeadCodeElimination", _dce)
 
 
-def default_pipeline() -> list[Pass]:
-    """The passes ``jit`` runs between tracing and the backend."""
-    return [dead_code_elimination]
+def default_pipeline(lower: bool = True) -> list[Pass]:
+    """The passes ``jit`` runs between tracing and the backend: fuse, then (for backends
+    that run loop-level programs) lower to call_tir / call_library."""
+    from .fuse import fuse_ops
+    from .legalize import legalize
+    return [dead_code_elimination, fuse_ops] + ([legalize] if lower else [])

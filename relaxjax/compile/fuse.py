@@ -1,0 +1,303 @@
+"""FuseOps: group producer-consumer bindings into fused sub-functions.
+
+Every binding gets an *op pattern* (``op_pattern``): injective (elementwise, broadcast and
+index-mapping ops), reduction, output-fusable (a matmul whose elementwise epilogue can follow
+it) or opaque.  Loop-level programs (``call_tir``) get theirs by analysing their loops
+(``compile.analysis``), so user-written programs fuse by the same rule as generated ones.
+
+Groups grow in binding order; a binding joins the group of one of its producers when
+
+* both are injective and they cover the same number of elements (proved symbolically, so
+  the group is one loop nest whatever ``n`` is at run time);
+* it is a reduction whose input has the element count of an injective group (the producers
+  are inlined into the accumulator loop), or a second reduction over the same input shape
+  and axes as the group's (softmax's max and sum; layer norm's mean and variance);
+* it is injective over the reduction group's full shape or over its reduced shape (the
+  epilogue: ``x - max``, ``e / sum``, ``(x - mu) * rsqrt(var) * g + b``);
+* it is injective over a matmul's output (bias + activation after a library gemm);
+
+and joining creates no cycle between groups.  Each group of two or more bindings becomes a
+graph ``Function`` with ``attrs["primitive"] = True`` called from its caller; ``Legalize``
+turns it into one loop-level program (``fuse_tir``), or a library call plus one program
+for a matmul group.  A group the loop builder cannot express is left unfused.
+"""
+from __future__ import annotations
+
+import sympy
+
+from ..ir import Binding, Function, IRModule, Literal, Var
+from ..shapes import ShapeEnv, free_symbols, is_symbolic
+from .passes import Pass
+
+INJECTIVE_KINDS = {"elementwise", "broadcast", "injective"}
+FUSABLE_REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and",
+                      "reduce_or"}
+
+
+def op_pattern(b: Binding) -> str:
+    """"injective", "reduction", "output_fusable" or "opaque"."""
+    if b.kind == "function":
+        return "opaque"
+    if b.kind == "library":
+        return "output_fusable" if b.callee.name.startswith("blas.") else "opaque"
+    if b.kind == "tir":
+        from .analysis import classify_primfunc
+        return "injective" if classify_primfunc(b.callee) in ("elementwise", "injective") else "opaque"
+    kind = getattr(b.callee, "kind", "opaque")
+    if kind == "data_dependent" or b.callee.name == "match_cast" or len(b.outvars) != 1:
+        return "opaque"
+    if kind in INJECTIVE_KINDS:
+        return "injective"
+    if kind == "reduction":
+        return "reduction" if b.callee.name in FUSABLE_REDUCTIONS else "opaque"
+    if kind == "output_fusable":
+        return "output_fusable" if b.outvars[0].type.dtype.kind == "f" else "opaque"
+    return "opaque"
+
+
+def _count(shape) -> sympy.Expr:
+    out = sympy.Integer(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+class _Group:
+    def __init__(self, gid: int, kind: str, first: int):
+        self.id = gid
+        self.kind = kind              # injective | reduction | output_fusable | opaque
+        self.members: list[int] = [first]
+        self.deps: set[int] = set()   # groups this one reads values of
+        self.count = None             # injective / output_fusable: elements of every value
+        self.full = None              # reduction: the reduced input shape, axes, kept count
+        self.axes = None
+        self.kept = None
+
+
+class _Fuser:
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.env = ShapeEnv("explicit", fn.bounds)
+        self.groups: list[_Group] = []
+        self.group_of: dict = {}      # Var -> group id
+
+    def equal(self, a, b) -> bool:
+        return self.env.try_prove("==", sympy.expand(a), sympy.expand(b)) is True
+
+    def same_shape(self, a, b) -> bool:
+        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+
+    def reaches(self, src: int, dst: int) -> bool:
+        """Does group ``dst`` depend (transitively) on group ``src``?"""
+        todo, seen = [dst], set()
+        while todo:
+            g = todo.pop()
+            if g == src:
+                return True
+            if g not in seen:
+                seen.add(g)
+                todo.extend(self.groups[g].deps)
+        return False
+
+    def fits(self, g: _Group, b: Binding, pattern: str) -> bool:
+        out = b.outvars[0].type.shape
+        if pattern == "injective":
+            if g.kind in ("injective", "output_fusable"):
+                return self.equal(_count(out), g.count)
+            if g.kind == "reduction":
+                return self.equal(_count(out), _count(g.full)) or self.equal(_count(out), g.kept)
+            return False
+        if pattern == "reduction":
+            x = b.args[0].type.shape
+            axes = tuple(sorted(b.params["axes"]))
+            if self.equal(_count(x), _count(out)):      # reduces nothing but size-1 axes
+                return False
+            if g.kind == "injective":
+                return self.equal(_count(x), g.count)
+            if g.kind == "reduction":
+                return axes == g.axes and self.same_shape(x, g.full)
+        return False
+
+    def join(self, g: _Group, b: Binding, pattern: str, index: int) -> None:
+        g.members.append(index)
+        if pattern == "reduction" and g.kind == "injective":
+            g.kind = "reduction"
+            g.full = tuple(b.args[0].type.shape)
+            g.axes = tuple(sorted(b.params["axes"]))
+            g.kept = _count(b.outvars[0].type.shape)
+
+    def run(self) -> list[_Group]:
+        for index, b in enumerate(self.fn.bindings):
+            pattern = op_pattern(b)
+            producers = []
+            for a in b.args:
+                gid = self.group_of.get(a) if isinstance(a, Var) else None
+                if gid is not None and gid not in producers:
+                    producers.append(gid)
+            target = None
+            if pattern in ("injective", "reduction"):
+                for gid in sorted(producers, reverse=True):
+                    g = self.groups[gid]
+                    others = [h for h in producers if h != gid]
+                    if self.fits(g, b, pattern) and not any(self.reaches(gid, h) for h in others):
+                        target = g
+                        break
+            if target is None:
+                target = _Group(len(self.groups), pattern, index)
+                self.groups.append(target)
+                if pattern in ("injective", "output_fusable"):
+                    target.count = _count(b.outvars[0].type.shape)
+                elif pattern == "reduction":
+                    target.kind = "injective"          # a lone reduction starts a group
+                    target.count = _count(b.args[0].type.shape)
+                    target.members = []
+                    self.join(target, b, pattern, index)
+            else:
+                self.join(target, b, pattern, index)
+            target.deps.update(h for h in producers if h != target.id)
+            for v in b.outvars:
+                self.group_of[v] = target.id
+        return self.groups
+
+
+def _uses(fn: Function) -> dict:
+    uses: dict = {}
+    for i, b in enumerate(fn.bindings):
+        for a in b.args:
+            if isinstance(a, Var):
+                uses.setdefault(a, []).append(i)
+    for r in fn.results:
+        if isinstance(r, Var):
+            uses.setdefault(r, []).append(len(fn.bindings))
+    return uses
+
+
+def _group_name(bindings: list, taken: set) -> str:
+    parts: list = []
+    for b in bindings:
+        n = b.callee.name.replace(".", "_")
+        if n not in parts and n not in ("reshape", "broadcast_to", "convert"):
+            parts.append(n)
+    base = "fused_" + "_".join(parts[:5] or ["copy"])
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def _subfunction(fn: Function, members: list, uses: dict, taken: set) -> tuple[Function, list, list]:
+    """The members as a primitive Function; returns it, its call's args and outvars."""
+    bindings = [fn.bindings[i] for i in members]
+    inside = {v for b in bindings for v in b.outvars}
+    member_set = set(members)
+    args, params, subst = [], [], {}
+    for b in bindings:
+        for a in b.args:
+            if isinstance(a, Var) and a not in inside and a not in subst:
+                p = Var(a.type, a.hint)
+                subst[a] = p
+                args.append(a)
+                params.append(p)
+    outs = [v for b in bindings for v in b.outvars
+            if any(u not in member_set for u in uses.get(v, []))]
+    new = [Binding(b.outvars, b.callee, [subst.get(a, a) if isinstance(a, Var) else a for a in b.args],
+                   b.params, b.source) for b in bindings]
+    names = [f"p{k}" for k in range(len(params))]
+    sub = Function(_group_name(bindings, taken), params, names, new, outs, fn.bounds, [],
+                   {"primitive": True})
+    return sub, args, outs
+
+
+def _closed(sub: Function) -> bool:
+    """Every dim the group's values use is bound by its parameters' shapes."""
+    bound = set(sub.dim_vars)
+    for b in sub.bindings:
+        for v in b.outvars:
+            if not v.type.free_symbols() <= bound:
+                return False
+        for a in b.args:
+            if isinstance(a, Literal) and is_symbolic(a.value) and not free_symbols(a.value) <= bound:
+                return False
+        for p in b.params.values():
+            if is_symbolic(p) and not free_symbols(p) <= bound:
+                return False
+            if isinstance(p, tuple) and any(is_symbolic(x) and not free_symbols(x) <= bound for x in p):
+                return False
+    return True
+
+
+def _buildable(sub: Function, kind: str) -> bool:
+    from .fuse_tir import FusionError, fused_primfunc
+    try:
+        fused_primfunc(sub, kind)
+    except FusionError:
+        return False
+    return True
+
+
+def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
+    """``fn`` with its fusable groups replaced by calls; also the new sub-functions."""
+    if fn.attrs.get("primitive"):
+        return fn, []
+    groups = _Fuser(fn).run()
+    uses = _uses(fn)
+    replace: dict = {}          # first member index -> call binding; other members dropped
+    drop: set = set()
+    subs = []
+    for g in groups:
+        compute = [i for i in g.members if fn.bindings[i].callee.name != "reshape"]
+        if len(g.members) < 2 or len(compute) < 2 and g.kind != "reduction" or g.kind == "opaque":
+            continue
+        sub, args, outs = _subfunction(fn, g.members, uses, taken)
+        sub.attrs["kind"] = g.kind
+        if not _closed(sub) or not _buildable(sub, g.kind):
+            taken.discard(sub.name)
+            continue
+        subs.append(sub)
+        replace[g.members[-1]] = Binding(outs, sub, args, {}, fn.bindings[g.members[-1]].source)
+        drop.update(g.members)
+    if not subs:
+        return fn, []
+    # Emit in dependency order: a group's call sits where its last member was, which is
+    # after all its inputs; values a group produces early may be used by bindings placed
+    # before that point, so order the result topologically.
+    items = []
+    for i, b in enumerate(fn.bindings):
+        if i in replace:
+            items.append(replace[i])
+        elif i not in drop:
+            items.append(b)
+    return Function(fn.name, fn.params, fn.param_names, _toposort(fn.params, items), fn.results,
+                    fn.bounds, fn.guards, fn.attrs), subs
+
+
+def _toposort(params: list, items: list) -> list:
+    ready = set(params)
+    pending = list(items)
+    out = []
+    while pending:
+        for k, b in enumerate(pending):
+            if all(not isinstance(a, Var) or a in ready for a in b.args):
+                out.append(b)
+                ready.update(b.outvars)
+                del pending[k]
+                break
+        else:
+            raise AssertionError("FuseOps produced a cycle between groups")
+    return out
+
+
+def _fuse_ops(module: IRModule) -> IRModule:
+    fns = dict(module.functions)
+    taken = set(fns)
+    for name, f in module.functions.items():
+        if isinstance(f, Function):
+            new, subs = fuse_function(f, taken)
+            fns[name] = new
+            for s in subs:
+                fns[s.name] = s
+    return IRModule(fns, module.entry)
+
+
+fuse_ops = Pass("FuseOps", _fuse_ops)

@@ -1,0 +1,385 @@
+"""FuseTIR: one loop-level program for a fused group (a primitive sub-function made by
+``FuseOps``).
+
+Producers are inlined into consumers by composing the primitives' compute rules (see
+``legalize``), so intermediates never touch memory.  Two shapes of program come out:
+
+* an **injective** group is one loop nest over the outputs' shape;
+* a **reduction** group (softmax, layer norm, logsumexp, ...) is one *row-wise* kernel: a
+  parallel loop over the kept axes, and inside it one accumulator loop per reduction (its
+  elementwise producers inlined, earlier reductions read from locals), then one loop that
+  writes the full-shape outputs.  Each row is read from memory once and stays in cache for
+  the later passes.  An expensive value (``exp`` in softmax) needed by several passes is
+  stored into an output buffer by the first pass and re-read, not recomputed.
+
+A matmul group lowers to the library call and one program for its elementwise epilogue.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from .. import dtypes as dt
+from ..ir import Binding, Function, Literal, Var
+from ..shapes import ShapeEnv, is_symbolic
+from . import tir
+from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const, _dim_vars,
+                       _buffer_names, _loop_kinds, elementwise_rule, reindex)
+from .tir import INDEX, Assign, Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
+
+# Ops worth storing once rather than recomputing in a second pass over a row.
+EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+             "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "atan2",
+             "pow", "power"}
+
+
+class FusionError(Exception):
+    """The group cannot be expressed as one loop-level program (it is left unfused)."""
+
+
+def _count(shape):
+    out = sympy.Integer(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+def _to_sympy(e):
+    if isinstance(e, Const):
+        return sympy.Integer(int(e.value))
+    if isinstance(e, tir.Var):
+        return sympy.Symbol(e.name, integer=True, nonnegative=True)
+    if isinstance(e, tir.Op) and e.dtype == INDEX:
+        a = [_to_sympy(x) for x in e.args]
+        if any(x is None for x in a):
+            return None
+        if e.name == "add":
+            return a[0] + a[1]
+        if e.name == "sub":
+            return a[0] - a[1]
+        if e.name == "mul":
+            return a[0] * a[1]
+        if e.name == "floor_div":
+            return sympy.floor(a[0] / a[1])
+        if e.name == "rem":
+            return sympy.Mod(a[0], a[1])
+    return None
+
+
+def _same_index(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if tir.expr_str(x) == tir.expr_str(y):
+            continue
+        sx, sy = _to_sympy(x), _to_sympy(y)
+        if sx is None or sy is None or sympy.simplify(sx - sy) != 0:
+            return False
+    return True
+
+
+class _Builder:
+    def __init__(self, name: str, bindings: list, inputs: list, outputs: list, bounds: dict):
+        self.name = name
+        self.bindings = bindings
+        self.outputs = outputs
+        self.env = ShapeEnv("explicit", bounds)
+        self.producer = {v: b for b in bindings for v in b.outvars}
+        self.taken = set(_dim_vars([v.type.shape for v in inputs + outputs],
+                                   [b.params for b in bindings],
+                                   [a.value for b in bindings for a in b.args if isinstance(a, Literal)],
+                                   [v.type.shape for b in bindings for v in b.outvars]))
+        names = _buffer_names(self.taken)
+        needed = self._reachable_inputs(inputs)
+        self.buffer: dict = {}
+        self.call_inputs: list = []
+        for v in inputs:
+            if v in needed:
+                self._add_input(v, next(names))
+        for b in bindings:           # array constants become input buffers
+            for a in b.args:
+                if isinstance(a, Literal) and not self._scalar(a) and a not in self.buffer:
+                    self._add_input(a, next(names))
+        self.out_buffer = {}
+        for k, v in enumerate(outputs):
+            nm = f"out{k}" if len(outputs) > 1 else "out"
+            while nm in self.taken:
+                nm += "_"
+            self.taken.add(nm)
+            self.out_buffer[v] = Buffer(nm, tuple(v.type.shape), v.type.dtype)
+        self.locals: dict = {}        # reduction result Var -> (tir local, outer index)
+        self.cached: dict = {}        # value Var -> buffer holding it at the full index
+        self.full_key = None
+        self.pending: list = []       # stores of values to cache, emitted in the current pass
+        self.host_checks: list = []
+
+    def _add_input(self, v, name):
+        self.taken.add(name)
+        self.buffer[v] = Buffer(name, tuple(v.type.shape), v.type.dtype)
+        self.call_inputs.append(v)
+
+    def _reachable_inputs(self, inputs) -> set:
+        seen, todo = set(), list(self.outputs)
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            b = self.producer.get(v)
+            if b is not None:
+                todo.extend(a for a in b.args if isinstance(a, Var))
+        return seen & set(inputs)
+
+    @staticmethod
+    def _scalar(a) -> bool:
+        return isinstance(a, Literal) and a.type.ndim == 0
+
+    def equal(self, a, b) -> bool:
+        return self.env.try_prove("==", sympy.expand(a), sympy.expand(b)) is True
+
+    # -- expressions -------------------------------------------------------------------
+    def reader(self, a):
+        if isinstance(a, Literal) and self._scalar(a):
+            v = a.value
+            if is_symbolic(v):
+                e = from_sympy(v) if a.type.dtype == INDEX else op("convert", from_sympy(v), dtype=a.type.dtype)
+            else:
+                e = _const(np.asarray(v).item(), a.type.dtype)
+            return lambda idx, e=e: e
+        return lambda idx, a=a: self.value(a, list(idx))
+
+    def value(self, v, idx: list) -> tir.Expr:
+        if v in self.buffer:
+            return Load(self.buffer[v], tuple(idx))
+        if v in self.locals:
+            local, outer = self.locals[v]
+            if not _same_index(idx, outer):
+                raise FusionError(f"a reduction result is read at [{', '.join(map(str, idx))}]")
+            return local
+        key = self._key(idx)
+        if v in self.cached and key == self.full_key:
+            return Load(self.cached[v], tuple(idx))
+        b = self.producer.get(v)
+        if b is None:
+            raise FusionError(f"value {v} has no producer in the group")
+        name = b.callee.name
+        if b.kind != "primitive" or b.callee.kind == "reduction":
+            raise FusionError(f"{name} cannot be inlined")
+        if name in ("take", "take_along_axis"):
+            ind = b.args[1]
+            if ind not in self.buffer:
+                raise FusionError("gather indices computed inside the group cannot be range-checked")
+            axis = b.params["axis"]
+            self.host_checks.append(("index_range", self.call_inputs.index(ind),
+                                     b.args[0].type.shape[axis], axis))
+        rule = COMPUTE.get(name, elementwise_rule if b.callee.kind == "elementwise" else None)
+        if rule is None:
+            raise FusionError(f"{name} has no compute rule")
+        e = rule(name, idx, [self.reader(a) for a in b.args], [a.type for a in b.args],
+                 b.outvars[0].type, **b.params)
+        if v in self.to_cache and key == self.full_key and v not in self.cached:
+            self.pending.append((v, Store(self.to_cache[v], tuple(idx), e)))
+        return e
+
+    @staticmethod
+    def _key(idx) -> tuple:
+        return tuple(tir.expr_str(i) for i in idx)
+
+    # -- programs ----------------------------------------------------------------------
+    def primfunc(self, body, checks=()) -> PrimFunc:
+        params = [self.buffer[v] for v in self.call_inputs] + [self.out_buffer[v] for v in self.outputs]
+        consts = [a.value for b in self.bindings for a in b.args if isinstance(a, Literal)]
+        f = PrimFunc(self.name, params, len(self.outputs),
+                     _dim_vars(params, [b.params for b in self.bindings], consts), body,
+                     list(dict.fromkeys(self.host_checks)))
+        try:
+            tir.verify_primfunc(f)
+        except tir.TIRError as e:
+            raise FusionError(str(e)) from None
+        return f
+
+    def store_all(self, pairs) -> list:
+        """Evaluate every output first, then store (an output may cache a value others read)."""
+        stmts, temps = [], []
+        for buf, idx, e in pairs:
+            t = tir.fresh("v", self.taken, e.dtype)
+            stmts.append(Local(t, e))
+            temps.append((buf, idx, t))
+        return stmts + [Store(buf, idx, t) for buf, idx, t in temps]
+
+    def injective(self) -> PrimFunc:
+        self.to_cache = {}
+        anchor = max(self.outputs, key=lambda v: v.type.ndim).type.shape
+        for v in self.outputs:
+            if not self.equal(_count(v.type.shape), _count(anchor)):
+                raise FusionError("outputs of an injective group differ in size")
+        extents = [from_sympy(d) for d in anchor]
+
+        def body(idx):
+            pairs = []
+            for v in self.outputs:
+                vi = idx if v.type.shape == tuple(anchor) else reindex(list(idx), anchor, v.type.shape)
+                pairs.append((self.out_buffer[v], tuple(vi), self.value(v, list(vi))))
+            return Seq(self.store_all(pairs))
+        return self.primfunc(tir.loop_nest(extents, body, _loop_kinds(len(anchor)), self.taken))
+
+    def reduction(self) -> PrimFunc:
+        reds = [b for b in self.bindings if b.kind == "primitive" and b.callee.kind == "reduction"]
+        full = tuple(reds[0].args[0].type.shape)
+        axes = tuple(sorted(reds[0].params["axes"]))
+        kept = tuple(d for a, d in enumerate(full) if a not in axes)
+        for r in reds:
+            if r.callee.name not in REDUCERS or tuple(sorted(r.params["axes"])) != axes or \
+                    len(r.args[0].type.shape) != len(full) or \
+                    not all(self.equal(x, y) for x, y in zip(r.args[0].type.shape, full)):
+                raise FusionError("the reductions of a group must share input shape and axes")
+        if self.equal(_count(full), _count(kept)):
+            raise FusionError("the reduced axes have size 1")
+
+        def level(v):
+            if self.equal(_count(v.type.shape), _count(full)):
+                return "full"
+            if self.equal(_count(v.type.shape), _count(kept)):
+                return "kept"
+            raise FusionError(f"value of shape {v.type} is neither row nor element sized")
+        out_level = {v: level(v) for v in self.outputs}
+        self.to_cache = self._plan_cache(reds, full, out_level)
+        outer = [tir.fresh(f"i{k}", self.taken) for k in range(len(kept))]
+
+        def full_index(inner):
+            it_o, it_i = iter(outer), iter(inner)
+            return [next(it_i) if a in axes else next(it_o) for a in range(len(full))]
+
+        red_extents = [from_sympy(full[a]) for a in axes]
+        stmts = []
+        for r in reds:
+            inner = [tir.fresh(f"r{k}", self.taken) for k in range(len(axes))]
+            idx = full_index(inner)
+            self.full_key = self._key(idx)
+            self.pending = []
+            init, combine = REDUCERS[r.callee.name]
+            out_t = r.outvars[0].type.dtype
+            acc_t = _acc_dtype(r.callee.name, out_t)
+            if dt.is_bool(out_t) and r.callee.name in ("reduce_max", "reduce_min"):
+                combine = "or" if r.callee.name == "reduce_max" else "and"
+            x = self.value(r.args[0], idx)
+            if x.dtype != acc_t:
+                x = op("convert", x, dtype=acc_t)
+            acc = tir.fresh("acc", self.taken, acc_t)
+            body = Seq([s for _, s in self.pending] +
+                       [Assign(acc, op(combine, acc, x, dtype=acc_t, flags=("reassoc",)))])
+            for v, _ in self.pending:
+                self.cached[v] = self.to_cache[v]
+            for var, ext in reversed(list(zip(inner, red_extents))):
+                body = For(var, ext, "reduction", body)
+            res = tir.fresh("red", self.taken, out_t)
+            stmts += [Local(acc, _const(init(acc_t), acc_t)), body,
+                      Local(res, acc if acc_t == out_t else op("convert", acc, dtype=out_t))]
+            self.locals[r.outvars[0]] = (res, list(outer))
+        row_outs = [v for v in self.outputs if out_level[v] == "kept"]
+        pairs = []
+        for v in row_outs:
+            vi = reindex(list(outer), kept, v.type.shape)
+            pairs.append((self.out_buffer[v], tuple(vi), self.value(v, vi)))
+        stmts += self.store_all(pairs)
+        elem_outs = [v for v in self.outputs if out_level[v] == "full"]
+        if elem_outs:
+            inner = [tir.fresh(f"j{k}", self.taken) for k in range(len(axes))]
+            idx = full_index(inner)
+            self.full_key = self._key(idx)
+            self.pending = []
+            pairs = []
+            for v in elem_outs:
+                vi = idx if self._same_shape(v.type.shape, full) else reindex(idx, full, v.type.shape)
+                pairs.append((self.out_buffer[v], tuple(vi), self.value(v, vi)))
+            body = Seq(self.store_all(pairs))
+            kinds = ["serial"] * len(inner)
+            kinds[-1] = "vectorized"
+            for var, ext, kind in reversed(list(zip(inner, red_extents, kinds))):
+                body = For(var, ext, kind, body)
+            stmts.append(body)
+        body = Seq(stmts)
+        kinds = _loop_kinds(len(kept))
+        if kinds:
+            kinds[-1] = "serial" if len(kinds) > 1 else "parallel"
+        for var, d, kind in reversed(list(zip(outer, kept, kinds))):
+            body = For(var, from_sympy(d), kind, body)
+        return self.primfunc(body)
+
+    def _same_shape(self, a, b) -> bool:
+        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+
+    def _plan_cache(self, reds, full, out_level) -> dict:
+        """Full-shape values with an expensive op that several passes need -> the output
+        buffer the first pass stores them into."""
+        passes = [[r.args[0]] for r in reds] + [[v for v in self.outputs if out_level[v] == "full"]]
+        need: dict = {}
+        for k, roots in enumerate(passes):
+            seen, todo = set(), [v for v in roots if isinstance(v, Var)]
+            while todo:
+                v = todo.pop()
+                b = self.producer.get(v)
+                if v in seen or b is None or b.callee.kind == "reduction":
+                    continue
+                seen.add(v)
+                todo.extend(a for a in b.args if isinstance(a, Var))
+            for v in seen:
+                need.setdefault(v, set()).add(k)
+        plan, free = {}, [v for v in self.outputs if out_level[v] == "full"
+                          and self._same_shape(v.type.shape, full)]
+        for b in self.bindings:
+            v = b.outvars[0]
+            if len(need.get(v, ())) < 2 or b.callee.name not in EXPENSIVE or \
+                    not self._same_shape(v.type.shape, full):
+                continue
+            target = v if v in free else next((o for o in free if o.type.dtype == v.type.dtype), None)
+            if target is not None:
+                free.remove(target)
+                plan[v] = self.out_buffer[target]
+        return plan
+
+
+def _builder(sub: Function, kind: str) -> "_Builder":
+    bindings, inputs, outputs = list(sub.bindings), list(sub.params), list(sub.results)
+    if kind == "output_fusable":
+        mm, bindings = bindings[0], bindings[1:]
+        inputs = inputs + [mm.outvars[0]]
+        outputs = [v for v in outputs if v is not mm.outvars[0]]
+        if not bindings or not outputs:
+            raise FusionError("a matmul group without an epilogue")
+    if any(not isinstance(r, Var) for r in outputs):
+        raise FusionError("a group result is a constant")
+    return _Builder(sub.name, bindings, inputs, outputs, sub.bounds)
+
+
+def _build(sub: Function, kind: str) -> tuple[PrimFunc, list, list]:
+    b = _builder(sub, kind)
+    f = b.reduction() if kind == "reduction" else b.injective()
+    return f, b.call_inputs, b.outputs
+
+
+def fused_primfunc(sub: Function, kind: str | None = None) -> PrimFunc:
+    """The loop-level program of a fused sub-function (for a matmul group: its epilogue)."""
+    return _build(sub, kind or sub.attrs.get("kind", "injective"))[0]
+
+
+def lower_fused_call(b: Binding, name: str) -> list:
+    """A call of a fused sub-function as call_tir (after call_library for a matmul group)."""
+    sub: Function = b.callee
+    kind = sub.attrs.get("kind", "injective")
+    value_of = dict(zip(sub.params, b.args))
+    value_of.update(zip(sub.results, b.outvars))
+    f, inputs, outputs = _build(sub, kind)
+    f.name = name
+    calls = []
+    if kind == "output_fusable":
+        mm = sub.bindings[0]
+        dtype = mm.outvars[0].type.dtype
+        if dtype not in BLAS:
+            raise FusionError(f"no library matmul for {dtype}")
+        mm_out = value_of.setdefault(mm.outvars[0], mm.outvars[0])
+        calls.append(Binding([mm_out], LibraryFunc(BLAS[dtype]),
+                             [value_of.get(a, a) for a in mm.args], {}, mm.source))
+    calls.append(Binding([value_of[v] for v in outputs], f, [value_of.get(v, v) for v in inputs],
+                         {}, b.source))
+    return calls
