@@ -126,6 +126,31 @@ class _Fuser:
             g.axes = tuple(sorted(b.params["axes"]))
             g.kept = _count(b.outvars[0].type.shape)
 
+    def mergeable(self, g: _Group, h: _Group) -> bool:
+        """Two reduction groups over the same rows, with no path between them through a
+        third group: one row-wise kernel can compute both (layer norm's mean and var)."""
+        if g.kind != "reduction" or h.kind != "reduction" or g.axes != h.axes or \
+                not self.same_shape(g.full, h.full):
+            return False
+        return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
+            not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
+
+    def merge(self, g: _Group, h: _Group) -> None:
+        g.members = sorted(g.members + h.members)
+        g.deps = (g.deps | h.deps) - {g.id, h.id}
+        for x in self.groups:
+            if h.id in x.deps:
+                x.deps = (x.deps - {h.id}) | ({g.id} if x is not g else set())
+        for v, gid in self.group_of.items():
+            if gid == h.id:
+                self.group_of[v] = g.id
+        h.kind, h.members, h.deps, h.merged_into = "merged", [], set(), g.id
+
+    def canonical(self, gid: int) -> int:
+        while self.groups[gid].kind == "merged":
+            gid = self.groups[gid].merged_into
+        return gid
+
     def run(self) -> list[_Group]:
         for index, b in enumerate(self.fn.bindings):
             pattern = op_pattern(b)
@@ -154,6 +179,10 @@ class _Fuser:
                     self.join(target, b, pattern, index)
             else:
                 self.join(target, b, pattern, index)
+                for h in producers:          # sibling row-wise groups over the same rows
+                    if h != target.id and self.mergeable(target, self.groups[h]):
+                        self.merge(target, self.groups[h])
+                producers = [self.canonical(h) for h in producers]
             target.deps.update(h for h in producers if h != target.id)
             for v in b.outvars:
                 self.group_of[v] = target.id
@@ -247,7 +276,8 @@ def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
     subs = []
     for g in groups:
         compute = [i for i in g.members if fn.bindings[i].callee.name != "reshape"]
-        if len(g.members) < 2 or len(compute) < 2 and g.kind != "reduction" or g.kind == "opaque":
+        if len(g.members) < 2 or len(compute) < 2 and g.kind != "reduction" or \
+                g.kind in ("opaque", "merged"):
             continue
         sub, args, outs = _subfunction(fn, g.members, uses, taken)
         sub.attrs["kind"] = g.kind

@@ -23,6 +23,7 @@ from .. import dtypes as dt
 from ..ir import Binding, Function, Literal, Var
 from ..shapes import ShapeEnv, is_symbolic
 from . import tir
+from .analysis import inline_primfunc, perfect_nest
 from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const, _dim_vars,
                        _buffer_names, _loop_kinds, elementwise_rule, reindex)
 from .tir import INDEX, Assign, Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
@@ -111,6 +112,7 @@ class _Builder:
         self.cached: dict = {}        # value Var -> buffer holding it at the full index
         self.full_key = None
         self.pending: list = []       # stores of values to cache, emitted in the current pass
+        self.pass_value: dict = {}    # value Var -> local holding it in the current pass
         self.host_checks: list = []
 
     def _add_input(self, v, name):
@@ -157,12 +159,16 @@ class _Builder:
                 raise FusionError(f"a reduction result is read at [{', '.join(map(str, idx))}]")
             return local
         key = self._key(idx)
+        if v in self.pass_value and key == self.full_key:
+            return self.pass_value[v]
         if v in self.cached and key == self.full_key:
             return Load(self.cached[v], tuple(idx))
         b = self.producer.get(v)
         if b is None:
             raise FusionError(f"value {v} has no producer in the group")
         name = b.callee.name
+        if b.kind == "tir":
+            return self._inline_tir(b, idx)
         if b.kind != "primitive" or b.callee.kind == "reduction":
             raise FusionError(f"{name} cannot be inlined")
         if name in ("take", "take_along_axis"):
@@ -178,8 +184,23 @@ class _Builder:
         e = rule(name, idx, [self.reader(a) for a in b.args], [a.type for a in b.args],
                  b.outvars[0].type, **b.params)
         if v in self.to_cache and key == self.full_key and v not in self.cached:
-            self.pending.append((v, Store(self.to_cache[v], tuple(idx), e)))
+            t = tir.fresh("t", self.taken, e.dtype)      # computed once, stored, used
+            self.pending.append((v, [Local(t, e), Store(self.to_cache[v], tuple(idx), t)]))
+            self.pass_value[v] = t
+            return t
         return e
+
+    def _inline_tir(self, b: Binding, idx: list) -> tir.Expr:
+        """A call_tir whose program is a perfect loop nest, inlined at ``idx``."""
+        f = b.callee
+        if f.host_checks or perfect_nest(f) is None:
+            raise FusionError(f"{f.name} is not a perfect loop nest")
+        dims = {}
+        for buf, a in zip(f.params, list(b.args) + list(b.outvars)):
+            for d, actual in zip(buf.shape, a.type.shape):
+                if is_symbolic(d) and d.is_Symbol:
+                    dims.setdefault(d.name, from_sympy(actual))
+        return inline_primfunc(f, idx, [self.reader(a) for a in b.args], dims)
 
     @staticmethod
     def _key(idx) -> tuple:
@@ -266,10 +287,11 @@ class _Builder:
             if x.dtype != acc_t:
                 x = op("convert", x, dtype=acc_t)
             acc = tir.fresh("acc", self.taken, acc_t)
-            body = Seq([s for _, s in self.pending] +
+            body = Seq([st for _, sts in self.pending for st in sts] +
                        [Assign(acc, op(combine, acc, x, dtype=acc_t, flags=("reassoc",)))])
             for v, _ in self.pending:
                 self.cached[v] = self.to_cache[v]
+            self.pass_value = {}
             for var, ext in reversed(list(zip(inner, red_extents))):
                 body = For(var, ext, "reduction", body)
             res = tir.fresh("red", self.taken, out_t)

@@ -92,8 +92,18 @@ def _reshape(name, idx, reads, in_types, out_type, *, new_sizes):
 
 
 def reindex(idx: list, out_shape: tuple, in_shape: tuple) -> list:
-    """Row-major index conversion between two shapes of the same size.  A common suffix of
-    equal dims maps straight through, so (n, 4) -> (n // 2, 2, 4) only linearizes a prefix."""
+    """Row-major index conversion between two shapes of the same size.  Size-1 axes index
+    at 0 and a common suffix of equal dims maps straight through, so (n, 1) -> (n,) is the
+    identity and (n, 4) -> (n // 2, 2, 4) only linearizes a prefix."""
+    keep_out = [k for k, d in enumerate(out_shape) if not (isinstance(d, int) and d == 1)]
+    keep_in = [k for k, d in enumerate(in_shape) if not (isinstance(d, int) and d == 1)]
+    if len(keep_out) < len(out_shape) or len(keep_in) < len(in_shape):
+        inner = reindex([idx[k] for k in keep_out], tuple(out_shape[k] for k in keep_out),
+                        tuple(in_shape[k] for k in keep_in))
+        src = [Const(0, INDEX)] * len(in_shape)
+        for k, i in zip(keep_in, inner):
+            src[k] = i
+        return src
     k = 0
     while (k < min(len(out_shape), len(in_shape)) - 0 and
            _same_dim(out_shape[len(out_shape) - 1 - k], in_shape[len(in_shape) - 1 - k])):

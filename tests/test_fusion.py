@@ -1,0 +1,233 @@
+"""FuseOps / FuseTIR: what gets fused (IR tests) and that fused programs compute what NumPy
+computes (numeric tests on every backend, many shapes), for the default pipeline and for
+partial pipelines."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+from relaxjax import nn
+from relaxjax.compile import verify
+from relaxjax.compile.analysis import classify_primfunc
+from relaxjax.compile.fuse import fuse_ops
+from relaxjax.compile.legalize import legalize
+from relaxjax.compile.passes import dead_code_elimination, default_pipeline
+from relaxjax.compile.tir import PrimFunc
+
+from helpers import BACKENDS, SIZES
+
+S = rj.ShapeDtypeStruct
+F32 = "float32"
+GELU_C = math.sqrt(2.0 / math.pi)
+
+
+@pytest.fixture(autouse=True)
+def _verify_every_pass(monkeypatch):
+    monkeypatch.setenv("RELAXJAX_VERIFY", "1")
+
+
+def layer_norm_by_hand(x, g, b):
+    mu = rnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    var = rnp.mean(xc * xc, axis=-1, keepdims=True)
+    return xc * (1.0 / rnp.sqrt(var + 1e-5)) * g + b
+
+
+def mlp(x, w1, b1, w2, b2):
+    h = x @ w1 + b1
+    return (0.5 * h * (1.0 + rnp.tanh(GELU_C * (h + 0.044715 * h * h * h)))) @ w2 + b2
+
+
+def chain(x):
+    return rnp.tanh(rnp.exp(x) * 2.0 + 1.0) - x
+
+
+def calls(text: str) -> dict:
+    main = text.split("\n\n")[0]
+    return {k: len(re.findall(rf"\b{k}\(", main)) for k in ("call_tir", "call_library")}
+
+
+def optimized(fn, *structs, pipeline=None, backend="llvm"):
+    return rj.jit(fn, backend=backend, pipeline=pipeline).lower(*structs).compile().as_text("optimized")
+
+
+# ---------------------------------------------------------------------------------------
+# What gets fused
+# ---------------------------------------------------------------------------------------
+
+def test_default_pipeline_is_printable():
+    names = [p.name for p in default_pipeline()]
+    assert "FuseOps" in names and names[-1] in ("Legalize", "DeadCodeElimination")
+    assert "FuseOps" in repr(default_pipeline())
+
+
+@pytest.mark.parametrize("fn, structs, n_tir, n_lib", [
+    (chain, [S(("n", 1024), F32)], 1, 0),
+    (lambda x: nn.softmax(x, axis=-1), [S(("n", "m"), F32)], 1, 0),
+    (lambda x: nn.logsumexp(x, axis=-1), [S(("b", "t", 16), F32)], 1, 0),
+    (lambda x: nn.log_softmax(x, axis=-1), [S(("n", 64), F32)], 1, 0),
+    (layer_norm_by_hand, [S(("n", 768), F32), S((768,), F32), S((768,), F32)], 1, 0),
+    (lambda x, g: nn.rms_norm(x, g), [S(("n", 512), F32), S((512,), F32)], 1, 0),
+    (lambda x, g, b: nn.layer_norm(x, g, b), [S(("n", 96), F32), S((96,), F32), S((96,), F32)], 1, 0),
+    (mlp, [S(("n", 64), F32), S((64, 256), F32), S((256,), F32), S((256, 64), F32), S((64,), F32)], 2, 2),
+])
+def test_fused_workloads_are_few_kernels(fn, structs, n_tir, n_lib):
+    text = optimized(fn, *structs)
+    assert calls(text) == {"call_tir": n_tir, "call_library": n_lib}, text
+
+
+def test_softmax_is_one_row_wise_kernel_that_stores_exp_once():
+    loops = rj.jit(lambda x: nn.softmax(x, axis=-1)).lower(S(("n", "m"), F32)).as_text("loops")
+    assert loops.count("parallel for") == 1
+    assert loops.count("reduction for") == 2            # max, then sum
+    assert loops.count("exp(") == 1, loops              # the second pass re-reads it
+    assert "vectorized for" in loops
+
+
+def test_fusion_needs_proved_shape_equality():
+    # exp(b) has 8 elements, the sum n*8: different loop nests, so not fused
+    text = optimized(lambda x, b: x + rnp.exp(b), S(("n", 8), F32), S((8,), F32))
+    assert calls(text)["call_tir"] == 2
+    # same symbolic element count through a reshape: fused
+    text = optimized(lambda x: rnp.exp(x).reshape((x.shape[0] * 4,)) + 1.0, S(("n", 4), F32))
+    assert calls(text)["call_tir"] == 1
+    # a size-1 reduction is no row-wise kernel: it reduces nothing
+    text = optimized(lambda x: rnp.exp(rnp.sum(rnp.exp(x), axis=1)), S(("n", 1), F32))
+    assert calls(text)["call_tir"] >= 1
+
+
+def test_fuse_ops_alone_makes_primitive_subfunctions():
+    text = optimized(layer_norm_by_hand, S(("n", 8), F32), S((8,), F32), S((8,), F32),
+                     pipeline=[dead_code_elimination, fuse_ops], backend="numpy")
+    assert re.search(r"= @fused_\w+\(x, g, b\)", text), text
+    assert "# kind=reduction, primitive=True" in text
+
+
+def test_loop_analysis_classifies_programs():
+    low = rj.jit(lambda x, y: (x + y, x.T, rnp.sum(x, axis=1), x @ y), pipeline=[legalize])
+    exe = low.lower(S((4, 4), "int32"), S((4, 4), "int32")).compile()._entry.module
+    kinds = {f.name.rsplit("_", 1)[0]: classify_primfunc(f) for f in exe.functions.values()
+             if isinstance(f, PrimFunc)}
+    assert {k: kinds[k] for k in ("add", "transpose", "reduce_sum", "matmul")} == {
+        "add": "elementwise", "transpose": "injective", "reduce_sum": "reduction", "matmul": "reduction"}
+
+
+def test_loop_level_programs_fuse_by_their_analysis():
+    # lower every op to its own program first; FuseOps then groups the call_tirs by the
+    # analysis of their loops, and the second Legalize inlines them into one program
+    pipe = [legalize, fuse_ops, legalize]
+    text = optimized(chain, S(("n", 16), F32), pipeline=pipe)
+    assert calls(text) == {"call_tir": 1, "call_library": 0}, text
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(F32)
+    got = rj.jit(chain, pipeline=pipe)(x)
+    np.testing.assert_allclose(got, np.tanh(np.exp(x) * 2 + 1) - x, rtol=2e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Numbers: fused programs against NumPy (float64 oracle), every backend, many shapes
+# ---------------------------------------------------------------------------------------
+
+PIPELINES = {
+    "default": None,
+    "unfused": [legalize],
+    "fuse-only": [dead_code_elimination, fuse_ops],
+    "tir-then-fuse": [legalize, fuse_ops, legalize],
+}
+
+
+def _oracle_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _oracle_ln(x, g, b):
+    mu = x.mean(-1, keepdims=True)
+    xc = x - mu
+    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5) * g + b
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=SIZES, m=st.sampled_from([1, 2, 3, 7, 16, 31, 130]), seed=st.integers(0, 2**16),
+       pipe=st.sampled_from(sorted(PIPELINES)), backend=st.sampled_from(BACKENDS))
+def test_softmax_layernorm_logsumexp_match_numpy(n, m, seed, pipe, backend):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, m)) * 3).astype(F32)
+    g, b = rng.standard_normal(m).astype(F32), rng.standard_normal(m).astype(F32)
+    x64, g64, b64 = (a.astype(np.float64) for a in (x, g, b))
+    jit = lambda f: rj.jit(f, backend=backend, pipeline=PIPELINES[pipe])  # noqa: E731
+    np.testing.assert_allclose(jit(lambda x: nn.softmax(x, axis=-1))(x), _oracle_softmax(x64),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jit(layer_norm_by_hand)(x, g, b), _oracle_ln(x64, g64, b64),
+                               rtol=1e-4, atol=2e-4)
+    mx = x64.max(-1)
+    np.testing.assert_allclose(jit(lambda x: nn.logsumexp(x, axis=-1))(x),
+                               np.log(np.exp(x64 - mx[:, None]).sum(-1)) + mx, rtol=1e-5, atol=1e-5)
+    got = jit(lambda x, g: nn.rms_norm(x, g))(x, g)
+    want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * g64
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=SIZES, seed=st.integers(0, 2**16), pipe=st.sampled_from(sorted(PIPELINES)),
+       backend=st.sampled_from(BACKENDS))
+def test_mlp_block_with_fused_epilogue(n, seed, pipe, backend):
+    rng = np.random.default_rng(seed)
+    d, h = 24, 40
+    args = [rng.standard_normal(s).astype(F32) * sc for s, sc in
+            [((n, d), 1.0), ((d, h), 1 / math.sqrt(d)), ((h,), 0.1), ((h, d), 1 / math.sqrt(h)), ((d,), 0.1)]]
+    x, w1, b1, w2, b2 = (a.astype(np.float64) for a in args)
+    hh = x @ w1 + b1
+    want = (0.5 * hh * (1 + np.tanh(GELU_C * (hh + 0.044715 * hh ** 3)))) @ w2 + b2
+    got = rj.jit(mlp, backend=backend, pipeline=PIPELINES[pipe])(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=SIZES, k=st.sampled_from([1, 2, 5, 8]), seed=st.integers(0, 2**16),
+       backend=st.sampled_from(BACKENDS))
+def test_injective_groups_with_layout_ops_and_multiple_outputs(n, k, seed, backend):
+    def f(x, y):
+        a = rnp.exp(x) * 0.5                  # used inside the group and returned
+        t = rnp.transpose(a) + y              # re-indexed read of a group value
+        r = rnp.reshape(t, (-1,))
+        return a, rnp.tanh(r) - 1.0, rnp.concatenate([x, a], axis=1)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, k)).astype(F32)
+    y = rng.standard_normal((k, n)).astype(F32)
+    got = rj.jit(f, backend=backend)(x, y)
+    a = np.exp(x.astype(np.float64)) * 0.5
+    want = (a, np.tanh((a.T + y).reshape(-1)) - 1.0, np.concatenate([x, a], axis=1))
+    for g_, w_ in zip(got, want):
+        assert g_.shape == w_.shape and g_.dtype == np.float32
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=SIZES, seed=st.integers(0, 2**16), backend=st.sampled_from(BACKENDS))
+def test_reduction_groups_over_leading_axes_and_integer_sums(n, seed, backend):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-50, 50, (n, 3, 4)).astype("int32")
+
+    def f(x):
+        s = rnp.sum(x * 2 + 1, axis=(0, 2))             # reduces a leading and a trailing axis
+        return s, rnp.max(x, axis=0) - rnp.min(x, axis=0)
+    got = rj.jit(f, backend=backend)(x)
+    x64 = x.astype(np.int64)
+    np.testing.assert_array_equal(got[0], (x * 2 + 1).sum(axis=(0, 2)).astype("int32"))
+    np.testing.assert_array_equal(got[1], x64.max(0) - x64.min(0))
+
+
+def test_every_pass_leaves_a_verified_module():
+    structs = [S(("n", 32), F32), S((32,), F32), S((32,), F32)]
+    lowered = rj.jit(layer_norm_by_hand).lower(*structs)
+    m = lowered.module
+    for p in [dead_code_elimination, fuse_ops, legalize]:
+        m = p(m)
+        verify(m)
+    assert any(isinstance(f, PrimFunc) and "reduction for" in str(f) for f in m.functions.values())
