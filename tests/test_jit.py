@@ -1,6 +1,7 @@
 """jit: the cache keyed by symbolic signature, explicit shapes, guards, errors, pytrees,
 match_cast and data-dependent shapes."""
 import math
+import re
 
 import numpy as np
 import pytest
