@@ -1,20 +1,34 @@
 """relaxjax as a peer of the shared peer benchmark (``bench_peers.py``), so relaxjax and
 NumPy, numba, jax and torch are timed in the same run by the same harness.
 
+    python benchmarks/peers.py            # finds the harness, runs it with this plugin
     python bench_peers.py --peers numpy,numba,jax,relaxjax \
         --plugin relaxjax=benchmarks/relaxjax_plugin.py:build --out rj.json
 
 Every workload is jitted once with a symbolic batch dim ``n`` (and sequence length ``s``
-for attention), so all sizes run on one compiled artifact.
+for attention), so all sizes run on one compiled artifact.  ``workloads()`` is also used
+by ``benchmarks/batch_sizes.py``.
 """
 from __future__ import annotations
 
 import math
+import os
+import sys
+
+
+def _import_relaxjax():
+    """Import relaxjax, falling back to this checkout when it is not installed."""
+    try:
+        import relaxjax
+    except ImportError:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import relaxjax
+    return relaxjax
 
 
 def workloads():
     """The five reference workloads written against relaxjax.numpy (float32 throughout)."""
-    import relaxjax as rj
+    rj = _import_relaxjax()
     import relaxjax.numpy as rnp
     from relaxjax import nn
 
@@ -60,11 +74,12 @@ ARGS = {"W1": ["x"], "W2": ["x"], "W3": ["x", "g", "b"], "W4": ["x", "W1", "b1",
 
 def build(threads):
     import numpy as np
-    import relaxjax
+    relaxjax = _import_relaxjax()
     from relaxjax.backends import llvm as rj_llvm
     rj_llvm.set_num_threads(threads)
     fns = workloads()
     peer = {wl: {"fn": fn, "prep": (lambda inp, names=ARGS[wl]: [inp[k] for k in names]),
                  "sync": lambda o: None, "to_np": lambda o: np.asarray(o)}
             for wl, fn in fns.items()}
-    return {"relaxjax": peer}, {"relaxjax": relaxjax.__version__, "backend": "llvm"}
+    return {"relaxjax": peer}, {"relaxjax": relaxjax.__version__, "backend": "llvm",
+                              "threads": threads}
