@@ -152,9 +152,9 @@ class Lowered:
         return self.as_text()
 
     def compile(self, pipeline: Sequence[Pass] | None = None) -> "Compiled":
-        if pipeline is None:
+        if pipeline is None:          # the pipeline given to jit, else the default one
             if self._compiled is None:
-                self._compiled = Compiled(self._jitted, self._build(None))
+                self._compiled = Compiled(self._jitted, self._build(self._jitted.pipeline))
             return self._compiled
         return Compiled(self._jitted, self._build(pipeline))
 
@@ -174,6 +174,16 @@ class Compiled:
         if stage == "optimized":
             return str(self._entry.module)
         raise ValueError(f"the {self._jitted.backend} backend has no {stage!r} text")
+
+    def memory_stats(self, dims: dict | None = None) -> dict:
+        """The backend's memory plan and allocation counters (LLVM backend): storages shared
+        by intermediates, workspace bytes, allocations per call, output pool hits/misses.
+        ``dims`` (name -> int) evaluates the symbolic byte counts."""
+        stats = getattr(self._entry.executable, "memory_stats", None)
+        if stats is None:
+            raise NotImplementedError(f"the {self._jitted.backend} backend has no memory_stats(); "
+                                      f"use backend='llvm'")
+        return stats(dims)
 
     def __call__(self, *args, **kwargs):
         call = self._jitted._prepare(args, kwargs)

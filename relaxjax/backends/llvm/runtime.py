@@ -1,16 +1,20 @@
 """The LLVM backend's executable: plan the host program, emit one LLVM module (kernels and
 segments), optimise it at O3 for the host CPU, JIT it with MCJIT, and run calls through a
-generated Python function that allocates buffers and calls each segment once."""
+generated Python function that sets up buffers and calls each segment once.  Buffers follow
+``compile.memplan.plan_memory``: intermediates share storage (one workspace per thread when
+the dims are bounded), large results come from a pool (see ``_RunnerMemory``)."""
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from ...compile.legalize import HOST_OPS, legalize
+from ...compile.memplan import ALIGN, byte_size, plan_memory
 from ...compile.passes import run_pipeline
 from ...compile.tir import PrimFunc
 from ...errors import ShapeError
@@ -24,6 +28,15 @@ from .host import HostCheck, HostOp, Segment, SegmentEmitter, check_object_layou
 # (elements touched) below which a kernel stays on the calling thread.
 NUM_THREADS = ctypes.c_int32(0)
 PARALLEL_MIN_WORK = ctypes.c_int64(1 << 15)
+
+# Memory: intermediates share storage per ``plan_memory``, carved from one workspace per
+# executable and thread when the plan bounds it (else per call, large ones from the pool);
+# large results come from a process-wide pool and go back to it when the array the user got
+# (and every view of it) is gone.  ``POOLING`` is read when an executable is built: False
+# builds the plain runner (one np.empty per value per call).
+POOLING = True
+POOL_MIN_BYTES = 256 * 1024           # smaller buffers: plain np.empty
+WORKSPACE_MAX_BYTES = 1 << 30         # a larger bound (per thread) sizes storages per call instead
 
 _SEGMENT = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.py_object)
 _ENGINES: dict = {}
@@ -44,6 +57,111 @@ def set_parallel_threshold(work: int) -> None:
 def _runtime_symbols() -> None:
     llvm.add_symbol("rj_num_threads", ctypes.addressof(NUM_THREADS))
     llvm.add_symbol("rj_parallel_min_work", ctypes.addressof(PARALLEL_MIN_WORK))
+
+
+def _aligned_block(nbytes: int) -> np.ndarray:
+    """A 1-d uint8 array of ``nbytes`` whose data is ``ALIGN``-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    off = -raw.__array_interface__["data"][0] % ALIGN
+    return raw[off:off + nbytes]
+
+
+class BufferPool:
+    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size.
+
+    Bounded: at most ``max_per_size`` blocks of one size and ``max_bytes`` in all; a block
+    that does not fit is dropped (freed).  ``put`` runs from finalizers, i.e. in whatever
+    thread the garbage collector runs, possibly while that thread is inside ``take``/``put``
+    itself: it never waits for a lock its own thread holds (the block is dropped instead)."""
+
+    def __init__(self, max_per_size: int = 8, max_bytes: int = 1 << 30):
+        self.max_per_size, self.max_bytes = max_per_size, max_bytes
+        self._free: dict = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._holder = None
+        self._owned: dict = {}         # id(weakref) -> (weakref, block)
+        self.hits = self.misses = self.returned = self.dropped = 0
+
+    def take(self, nbytes: int):
+        """A free block of exactly ``nbytes``, or None."""
+        self._acquire()
+        try:
+            lst = self._free.get(nbytes)
+            blk = lst.pop() if lst else None
+            if blk is not None:
+                self._bytes -= nbytes
+                self.hits += 1
+            else:
+                self.misses += 1
+        finally:
+            self._release()
+        return blk
+
+    def put_when_dead(self, owner, blk: np.ndarray) -> None:
+        """Give ``blk`` back once ``owner`` is garbage collected (what ``weakref.finalize``
+        does, at a third of its cost: a weak reference with a callback, kept alive here)."""
+        r = weakref.ref(owner, self._dead)
+        self._owned[id(r)] = (r, blk)
+
+    def _dead(self, r) -> None:
+        entry = self._owned.pop(id(r), None)
+        if entry is not None:
+            self.put(entry[1])
+
+    def _acquire(self) -> None:
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+
+    def _release(self) -> None:
+        self._holder = None
+        self._lock.release()
+
+    def put(self, blk: np.ndarray) -> None:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            if self._holder == threading.get_ident():    # re-entered from the GC: drop it
+                self.dropped += 1
+                return
+            lock.acquire()
+        try:
+            self._holder = threading.get_ident()
+            n = blk.nbytes
+            lst = self._free.setdefault(n, [])
+            if len(lst) < self.max_per_size and self._bytes + n <= self.max_bytes:
+                lst.append(blk)
+                self._bytes += n
+                self.returned += 1
+            else:
+                self.dropped += 1
+        finally:
+            self._holder = None
+            lock.release()
+
+    def clear(self) -> None:
+        self._acquire()
+        try:
+            self._free.clear()
+            self._bytes = 0
+        finally:
+            self._release()
+
+    def stats(self) -> dict:
+        self._acquire()
+        try:
+            blocks = sum(map(len, self._free.values()))
+            out = {"blocks": blocks, "bytes": self._bytes, "hits": self.hits, "misses": self.misses,
+                   "returned": self.returned, "dropped": self.dropped, "in_use": len(self._owned)}
+        finally:
+            self._release()
+        return out
+
+
+POOL = BufferPool()
+
+# per-executable counters: calls; NumPy allocations of intermediates / of outputs; pool hits and
+# misses; the allocations of intermediates / outputs in the last call
+_CALLS, _ALLOC_TMP, _ALLOC_OUT, _HITS, _MISSES, _LAST_TMP, _LAST_OUT = range(7)
 
 
 class CompiledModule:
@@ -114,7 +232,8 @@ def compile_kernel(f: PrimFunc) -> tuple[CompiledModule, str, str]:
 
 
 def _has_unlowered(fn: Function) -> bool:
-    return any(b.kind == "primitive" and b.callee.name not in HOST_OPS for b in fn.bindings)
+    return any(b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"
+               for b in fn.bindings)
 
 
 class LLVMExecutable:
@@ -197,6 +316,11 @@ class LLVMExecutable:
         """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
              "_host": self._host_op, "_check": self._host_check, "min": min, "max": max}
+        self.pooling = POOLING
+        self.memory_plan = plan_memory(self.fn)
+        self._stats = [0, 0, 0, 0, 0, None, None]
+        self._tls = threading.local()
+        mem = self._memory = _RunnerMemory(self, g) if self.pooling else None
         L = ["def _rj_run(D, arrays):"]
         names = self.dim_names
         local = {n: f"_d_{k}" for k, n in enumerate(names)}      # dims as Python locals
@@ -212,14 +336,19 @@ class LLVMExecutable:
         for k, c in self.consts.items():
             g[f"_c{k}"] = c
             L.append(f"  _b[{k}] = _c{k}")
+        if mem is not None:
+            L += mem.prologue(local)
         for si, st in enumerate(self.steps):
             if isinstance(st, Segment):
                 for b in st.calls:
                     for v in b.outvars:
                         shape = ", ".join(_rename(d, local) for d in v.type.shape)
+                        shape = f"({shape}{',' if len(v.type.shape) == 1 else ''})"
                         g[f"_t{self.slot_of[v]}"] = v.type.dtype
-                        L.append(f"  _b[{self.slot_of[v]}] = _empty(({shape}{',' if len(v.type.shape) == 1 else ''}), "
-                                 f"_t{self.slot_of[v]})")
+                        if mem is not None:
+                            L += mem.allocate(v, shape, local)
+                        else:
+                            L.append(f"  _b[{self.slot_of[v]}] = _empty({shape}, _t{self.slot_of[v]})")
                 g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 L.append(f"  _seg{si}(tuple(_b), _dims)")
             elif isinstance(st, HostCheck):
@@ -239,10 +368,49 @@ class LLVMExecutable:
             else:
                 g[f"_r{len(res)}"] = np.asarray(r.value, r.type.dtype)
                 res.append(f"_r{len(res)}")
+        if mem is not None:
+            L += mem.epilogue()
         L.append(f"  return [{', '.join(res)}]")
         self.python_source = "\n".join(L)
         exec(compile(self.python_source, f"<relaxjax host {self.fn.name}>", "exec"), g)  # noqa: S102
         return g["_rj_run"]
+
+    def memory_stats(self, dims: dict | None = None) -> dict:
+        """How calls use memory.  ``allocations_per_call``: NumPy allocations (intermediates
+        and outputs, pool hits excluded) the last call made (None before the first call;
+        approximate while several threads call at once).  ``intermediate_bytes``: the
+        storages' total size, a symbolic expression as text, or an int given ``dims``
+        (a dict dim name -> value).  ``workspace_bytes``: the plan's bound on the per-thread
+        workspace (None when a storage is unbounded); ``mode`` says whether calls use it
+        ("workspace") or size storages per call ("per-call"; also when the bound exceeds
+        ``WORKSPACE_MAX_BYTES``)."""
+        plan, st = self.memory_plan, self._stats
+        total, values = plan.total_bytes, plan.values_bytes
+        out = {
+            "pooling": self.pooling,
+            "mode": ("off" if not self.pooling else "none" if not plan.storages else
+                     "workspace" if self._memory.workspace else "per-call"),
+            "calls": st[_CALLS],
+            "allocations": st[_ALLOC_TMP] + st[_ALLOC_OUT],
+            "allocations_per_call": None if st[_LAST_TMP] is None else st[_LAST_TMP] + st[_LAST_OUT],
+            "intermediate_allocations_per_call": st[_LAST_TMP],
+            "output_allocations_per_call": st[_LAST_OUT],
+            "intermediate_values": len(plan.storage_of),
+            "intermediate_storages": len(plan.storages),
+            "intermediate_bytes": dim_str(total),
+            "intermediate_bytes_expr": dim_str(total),
+            "intermediate_bytes_without_reuse": dim_str(values),
+            "unplanned_values": len(plan.unplanned),
+            "workspace_bytes": plan.workspace_bytes,
+            "pool_hits": st[_HITS],
+            "pool_misses": st[_MISSES],
+            "pool": POOL.stats(),
+        }
+        if dims is not None:
+            D = {str(k): int(v) for k, v in dims.items()}
+            out["intermediate_bytes"] = _eval(total, D)
+            out["intermediate_bytes_without_reuse"] = _eval(values, D)
+        return out
 
     def _host_check(self, step: int, bufs: list, D: dict) -> None:
         b: Binding = self.steps[step].binding
@@ -303,7 +471,146 @@ class LLVMExecutable:
             return "\n\n".join(m.assembly() for m in self.kernel_modules + [self.segment_module])
         if stage == "host":
             return self.python_source
-        raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, llvm, llvm-optimized, asm, host")
+        if stage == "memory":
+            return str(self.memory_plan)
+        raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, llvm, llvm-optimized, asm, host, "
+                         f"memory")
+
+
+class _RunnerMemory:
+    """The memory part of the generated runner, from the executable's ``memory_plan``.
+
+    * planned intermediates: views ``np.ndarray(shape, dtype, storage, offset)``.  With a
+      workspace (the plan bounds every storage) the storages are fixed offsets in one block
+      per executable and thread (``threading.local``), allocated at the thread's first call;
+      the views of statically shaped values are made then too and reused.  Without one each
+      storage is sized per call: large ones come from ``POOL`` and go back at the end of the
+      call, small ones are not worth a view and their values get plain ``np.empty``.
+    * values a result is (or views): ``np.empty`` when small; when large a pooled block
+      wrapped by ``np.frombuffer(memoryview(block))`` (its base a memoryview, not an
+      ndarray, so NumPy does not collapse the base of user views past it) and a weak
+      reference whose callback returns the block once that array and every view of it are
+      gone.
+    * other binding outputs (shapes bound at run time): ``np.empty``.
+    Allocations are counted into the executable's ``_stats``."""
+
+    def __init__(self, exe: "LLVMExecutable", g: dict):
+        self.exe, self.g = exe, g
+        self.plan = plan = exe.memory_plan
+        self.workspace = plan.workspace_bytes is not None and bool(plan.storages) and \
+            plan.workspace_bytes <= WORKSPACE_MAX_BYTES
+        self.static_view: dict = {}          # Var -> index into the per-thread tuple
+        st, tls, pool = exe._stats, exe._tls, POOL
+        nd, frombuffer, block = np.ndarray, np.frombuffer, _aligned_block
+        if self.workspace:
+            static = [v for v in plan.storage_of if all(isinstance(d, int) for d in v.type.shape)]
+            self.static_view = {v: k + 1 for k, v in enumerate(static)}
+            specs = [(tuple(v.type.shape), v.type.dtype, plan.storage_of[v].offset) for v in static]
+            nbytes = max(plan.workspace_bytes, 1)
+
+            def new_ws():
+                ws = block(nbytes)
+                w = (ws,) + tuple(nd(shape, dtype, ws, off) for shape, dtype, off in specs)
+                tls.w = w
+                st[_ALLOC_TMP] += 1
+                return w
+            g["_tls"], g["_new_ws"] = tls, new_ws
+
+        def take(n, counter=_ALLOC_TMP):
+            blk = pool.take(n)
+            if blk is None:
+                blk = block(n)
+                st[_MISSES] += 1
+                st[counter] += 1
+            else:
+                st[_HITS] += 1
+            return blk
+
+        def out(shape, dtype, n):
+            blk = take(n, _ALLOC_OUT)
+            # through a memoryview: np.frombuffer(ndarray) would make ``blk`` the base, and
+            # views of the result would then keep ``blk`` alive but not ``flat``
+            flat = frombuffer(memoryview(blk), dtype)
+            pool.put_when_dead(flat, blk)
+            return flat if len(shape) == 1 else flat.reshape(shape)
+
+        def give(*blocks):
+            for b in blocks:
+                if b is not None:
+                    pool.put(b)
+        g.update(_st=st, _nd=nd, _take=take, _out=out, _give=give)
+
+    def prologue(self, local: dict) -> list:
+        L = [f"  _a0 = _st[{_ALLOC_TMP}]; _o0 = _st[{_ALLOC_OUT}]", "  _na = _no = 0"]
+        self.sizes: dict = {}        # symbolic byte size over the input dims -> its local
+        if self.workspace:
+            return L + ["  try:", "    _W = _tls.w", "  except AttributeError:", "    _W = _new_ws()",
+                        "  _ws = _W[0]"]
+        inputs = set(self.exe.fn.dim_vars)
+        for v in self.plan.unplanned:           # result sizes, computed once
+            n = byte_size(v)
+            if not isinstance(n, int) and free_symbols(n) <= inputs:
+                self._size(n, local, L)
+        groups: dict = {}
+        for st in self.plan.storages:
+            groups.setdefault(st.size, []).append(st)
+        self.pooled = any(not isinstance(n, int) or n >= POOL_MIN_BYTES for n in groups)
+        if self.pooled:
+            L.append("  _pooled = False")
+        for n, sts in groups.items():
+            count = sum(len(st.values) for st in sts)
+            take = [f"_s{st.index} = _take({self._size(n, local, L)})" for st in sts]
+            none = [f"_s{st.index} = None" for st in sts] + [f"_na += {count}"]
+            if isinstance(n, int):
+                L.append("  " + "; ".join(take + ["_pooled = True"] if n >= POOL_MIN_BYTES else none))
+            else:      # small ones are not worth a view: their values get np.empty
+                L += [f"  if {self.sizes[n]} >= {POOL_MIN_BYTES}:", "    " + "; ".join(take + ["_pooled = True"]),
+                      "  else:", "    " + "; ".join(none)]
+        return L
+
+    def _size(self, n, local: dict, L: list) -> str:
+        if isinstance(n, int):
+            return str(n)
+        if n not in self.sizes:
+            self.sizes[n] = f"_z{len(self.sizes)}"
+            L.append(f"  {self.sizes[n]} = {_rename(n, local)}")
+        return self.sizes[n]
+
+    def allocate(self, v, shape: str, local: dict) -> list:
+        k = self.exe.slot_of[v]
+        plan = self.plan
+        s = plan.storage_of.get(v)
+        if s is not None:
+            if self.workspace:
+                if v in self.static_view:
+                    return [f"  _b[{k}] = _W[{self.static_view[v]}]"]
+                return [f"  _b[{k}] = _nd({shape}, _t{k}, _ws, {s.offset})"]
+            if isinstance(s.size, int):
+                return [f"  _b[{k}] = _empty({shape}, _t{k})" if s.size < POOL_MIN_BYTES else
+                        f"  _b[{k}] = _nd({shape}, _t{k}, _s{s.index})"]
+            return [f"  _b[{k}] = _empty({shape}, _t{k}) if _s{s.index} is None else "
+                    f"_nd({shape}, _t{k}, _s{s.index})"]
+        if v in plan.unplanned and plan.unplanned[v] != "shape bound at run time":
+            n = byte_size(v)
+            if isinstance(n, int):
+                if n >= POOL_MIN_BYTES:
+                    return [f"  _b[{k}] = _out({shape}, _t{k}, {n})"]
+                return [f"  _b[{k}] = _empty({shape}, _t{k}); _no += 1"]
+            L = []
+            if n not in self.sizes:            # over dims bound while running: here
+                L.append(f"  _n = {_rename(n, local)}")
+            z = self.sizes.get(n, "_n")
+            return L + [f"  if {z} >= {POOL_MIN_BYTES}:", f"    _b[{k}] = _out({shape}, _t{k}, {z})",
+                        "  else:", f"    _b[{k}] = _empty({shape}, _t{k}); _no += 1"]
+        return [f"  _b[{k}] = _empty({shape}, _t{k}); _na += 1"]
+
+    def epilogue(self) -> list:
+        L = []
+        if not self.workspace and self.plan.storages and self.pooled:
+            L.append(f"  if _pooled: _give({', '.join(f'_s{s.index}' for s in self.plan.storages)},)")
+        L += [f"  _st[{_ALLOC_TMP}] += _na; _st[{_ALLOC_OUT}] += _no; _st[{_CALLS}] += 1",
+              f"  _st[{_LAST_TMP}] = _st[{_ALLOC_TMP}] - _a0; _st[{_LAST_OUT}] = _st[{_ALLOC_OUT}] - _o0"]
+        return L
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
