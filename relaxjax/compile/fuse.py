@@ -101,6 +101,11 @@ class _Fuser:
 
     def fits(self, g: _Group, b: Binding, pattern: str) -> bool:
         out = b.outvars[0].type.shape
+        if g.kind == "output_fusable" and g.full is not None:
+            return self.fits_rows(g, b, pattern)       # a row-wise epilogue after the gemm
+        if pattern == "reduction" and g.kind == "output_fusable":
+            x = b.args[0].type.shape
+            return self.equal(_count(x), g.count) and not self.equal(_count(x), _count(out))
         if pattern == "injective":
             if g.kind in ("injective", "output_fusable"):
                 return self.equal(_count(out), g.count)
@@ -118,10 +123,19 @@ class _Fuser:
                 return axes == g.axes and self.same_shape(x, g.full)
         return False
 
+    def fits_rows(self, g: _Group, b: Binding, pattern: str) -> bool:
+        out = b.outvars[0].type.shape
+        if pattern == "injective":
+            return self.equal(_count(out), _count(g.full)) or self.equal(_count(out), g.kept)
+        x = b.args[0].type.shape
+        return pattern == "reduction" and tuple(sorted(b.params["axes"])) == g.axes and \
+            self.same_shape(x, g.full)
+
     def join(self, g: _Group, b: Binding, pattern: str, index: int) -> None:
         g.members.append(index)
-        if pattern == "reduction" and g.kind == "injective":
-            g.kind = "reduction"
+        if pattern == "reduction" and g.kind in ("injective", "output_fusable") and g.full is None:
+            if g.kind == "injective":
+                g.kind = "reduction"
             g.full = tuple(b.args[0].type.shape)
             g.axes = tuple(sorted(b.params["axes"]))
             g.kept = _count(b.outvars[0].type.shape)
@@ -281,6 +295,8 @@ def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
             continue
         sub, args, outs = _subfunction(fn, g.members, uses, taken)
         sub.attrs["kind"] = g.kind
+        if g.kind == "output_fusable":
+            sub.attrs["epilogue"] = "reduction" if g.full is not None else "injective"
         if not _closed(sub) or not _buildable(sub, g.kind):
             taken.discard(sub.name)
             continue

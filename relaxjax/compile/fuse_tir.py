@@ -376,7 +376,8 @@ def _builder(sub: Function, kind: str) -> "_Builder":
 
 def _build(sub: Function, kind: str) -> tuple[PrimFunc, list, list]:
     b = _builder(sub, kind)
-    f = b.reduction() if kind == "reduction" else b.injective()
+    rows = kind == "reduction" or sub.attrs.get("epilogue") == "reduction"
+    f = b.reduction() if rows else b.injective()
     return f, b.call_inputs, b.outputs
 
 
