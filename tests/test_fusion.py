@@ -231,3 +231,13 @@ def test_every_pass_leaves_a_verified_module():
         m = p(m)
         verify(m)
     assert any(isinstance(f, PrimFunc) and "reduction for" in str(f) for f in m.functions.values())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_group_whose_arguments_show_dims_only_in_products(backend):
+    # the gemm epilogue's operand is (1, b0*b2): b0 and b2 come from the caller's scope
+    f = rj.jit(lambda a, b: rnp.einsum("...ij,...jk->...ik", a, b), backend=backend)
+    rng = np.random.default_rng(1)
+    for shape in [(2, 1, 2), (5, 1, 3), (3, 1, 7)]:
+        a, b = rng.standard_normal((1, 1)), rng.standard_normal(shape)
+        np.testing.assert_allclose(f(a, b), np.einsum("...ij,...jk->...ik", a, b), rtol=1e-12)

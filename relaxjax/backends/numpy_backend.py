@@ -147,7 +147,7 @@ class _FunctionInterp:
         if kind == "function":
             callee: Function = b.callee
             sub = subs.get(id(callee)) or _FunctionInterp(callee, subs)
-            return lambda args, params, D: sub.call(args)
+            return lambda args, params, D: sub.call(args, D)
         raise NotImplementedError(f"the numpy backend cannot run a {kind!r} binding")
 
     @staticmethod
@@ -163,8 +163,10 @@ class _FunctionInterp:
         return lambda env, D: value
 
     # -- running -----------------------------------------------------------------------------
-    def call(self, arrays: list) -> list:
-        """Run as a callee: dims are bound from the arguments' shapes (and checked)."""
+    def call(self, arrays: list, outer: dict | None = None) -> list:
+        """Run as a callee: dims are bound from the arguments' shapes (and checked).  A dim
+        the arguments only show inside an expression (``b0 * b2``) takes the caller's value
+        when the caller has it (fused groups share their caller's dims), else is solved for."""
         fn = self.fn
         if len(arrays) != len(fn.params):
             raise TypeError(f"@{fn.name} takes {len(fn.params)} arguments, got {len(arrays)}")
@@ -177,6 +179,10 @@ class _FunctionInterp:
         for name, k, ax in self._param_binders:
             D[name] = arrays[k].shape[ax]
         todo = list(self._solve)            # dims only seen inside expressions (2 * n)
+        if outer:
+            for s in [s for s in todo if s.name in outer]:
+                D[s.name] = outer[s.name]
+                todo.remove(s)
         while todo:
             s = next((s for s in todo if self._solve_dim(s, D, arrays)), None)
             if s is None:
