@@ -375,6 +375,10 @@ class ShapeEnv:
             return (num - (0 if m in self.zero_mods else m)) / den
         return normalize(sympy.expand(d.replace(lambda e: isinstance(e, sympy.floor), unfloor)))
 
+    def same_shape(self, a: Sequence[Dim], b: Sequence[Dim]) -> bool:
+        """Equal rank and every pair of dims provably equal."""
+        return len(a) == len(b) and all(self.try_prove("==", x, y) is True for x, y in zip(a, b))
+
     def decide(self, op: str, a: Dim, b: Dim, what: str = "comparison") -> bool:
         """Decide ``a op b``: by proof, or in automatic mode by a guard; else raise."""
         a, b = self.canon(a), self.canon(b)

@@ -23,10 +23,9 @@ for a matmul group.  A group the loop builder cannot express is left unfused.
 """
 from __future__ import annotations
 
-import sympy
 
 from ..ir import Binding, Function, IRModule, Literal, Var
-from ..shapes import ShapeEnv, free_symbols, is_symbolic
+from ..shapes import ShapeEnv, free_symbols, is_symbolic, prod
 from .passes import Pass
 
 INJECTIVE_KINDS = {"elementwise", "broadcast", "injective"}
@@ -55,13 +54,6 @@ def op_pattern(b: Binding) -> str:
     return "opaque"
 
 
-def _count(shape) -> sympy.Expr:
-    out = sympy.Integer(1)
-    for d in shape:
-        out = out * d
-    return out
-
-
 class _Group:
     def __init__(self, gid: int, kind: str, first: int):
         self.id = gid
@@ -82,10 +74,7 @@ class _Fuser:
         self.group_of: dict = {}      # Var -> group id
 
     def equal(self, a, b) -> bool:
-        return self.env.try_prove("==", sympy.expand(a), sympy.expand(b)) is True
-
-    def same_shape(self, a, b) -> bool:
-        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
+        return self.env.try_prove("==", a, b) is True
 
     def reaches(self, src: int, dst: int) -> bool:
         """Does group ``dst`` depend (transitively) on group ``src``?"""
@@ -105,31 +94,31 @@ class _Fuser:
             return self.fits_rows(g, b, pattern)       # a row-wise epilogue after the gemm
         if pattern == "reduction" and g.kind == "output_fusable":
             x = b.args[0].type.shape
-            return self.equal(_count(x), g.count) and not self.equal(_count(x), _count(out))
+            return self.equal(prod(x), g.count) and not self.equal(prod(x), prod(out))
         if pattern == "injective":
             if g.kind in ("injective", "output_fusable"):
-                return self.equal(_count(out), g.count)
+                return self.equal(prod(out), g.count)
             if g.kind == "reduction":
-                return self.equal(_count(out), _count(g.full)) or self.equal(_count(out), g.kept)
+                return self.equal(prod(out), prod(g.full)) or self.equal(prod(out), g.kept)
             return False
         if pattern == "reduction":
             x = b.args[0].type.shape
             axes = tuple(sorted(b.params["axes"]))
-            if self.equal(_count(x), _count(out)):      # reduces nothing but size-1 axes
+            if self.equal(prod(x), prod(out)):      # reduces nothing but size-1 axes
                 return False
             if g.kind == "injective":
-                return self.equal(_count(x), g.count)
+                return self.equal(prod(x), g.count)
             if g.kind == "reduction":
-                return axes == g.axes and self.same_shape(x, g.full)
+                return axes == g.axes and self.env.same_shape(x, g.full)
         return False
 
     def fits_rows(self, g: _Group, b: Binding, pattern: str) -> bool:
         out = b.outvars[0].type.shape
         if pattern == "injective":
-            return self.equal(_count(out), _count(g.full)) or self.equal(_count(out), g.kept)
+            return self.equal(prod(out), prod(g.full)) or self.equal(prod(out), g.kept)
         x = b.args[0].type.shape
         return pattern == "reduction" and tuple(sorted(b.params["axes"])) == g.axes and \
-            self.same_shape(x, g.full)
+            self.env.same_shape(x, g.full)
 
     def join(self, g: _Group, b: Binding, pattern: str, index: int) -> None:
         g.members.append(index)
@@ -138,13 +127,13 @@ class _Fuser:
                 g.kind = "reduction"
             g.full = tuple(b.args[0].type.shape)
             g.axes = tuple(sorted(b.params["axes"]))
-            g.kept = _count(b.outvars[0].type.shape)
+            g.kept = prod(b.outvars[0].type.shape)
 
     def mergeable(self, g: _Group, h: _Group) -> bool:
         """Two reduction groups over the same rows, with no path between them through a
         third group: one row-wise kernel can compute both (layer norm's mean and var)."""
         if g.kind != "reduction" or h.kind != "reduction" or g.axes != h.axes or \
-                not self.same_shape(g.full, h.full):
+                not self.env.same_shape(g.full, h.full):
             return False
         return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
             not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
@@ -185,10 +174,10 @@ class _Fuser:
                 target = _Group(len(self.groups), pattern, index)
                 self.groups.append(target)
                 if pattern in ("injective", "output_fusable"):
-                    target.count = _count(b.outvars[0].type.shape)
+                    target.count = prod(b.outvars[0].type.shape)
                 elif pattern == "reduction":
                     target.kind = "injective"          # a lone reduction starts a group
-                    target.count = _count(b.args[0].type.shape)
+                    target.count = prod(b.args[0].type.shape)
                     target.members = []
                     self.join(target, b, pattern, index)
             else:

@@ -16,16 +16,15 @@ A matmul group lowers to the library call and one program for its elementwise ep
 """
 from __future__ import annotations
 
-import numpy as np
 import sympy
 
 from .. import dtypes as dt
 from ..ir import Binding, Function, Literal, Var
-from ..shapes import ShapeEnv, is_symbolic
+from ..shapes import ShapeEnv, is_symbolic, prod
 from . import tir
 from .analysis import inline_primfunc, perfect_nest
 from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const, _dim_vars,
-                       _buffer_names, _loop_kinds, elementwise_rule, reindex)
+                       _buffer_names, _loop_kinds, elementwise_rule, reindex, scalar_literal_expr)
 from .tir import INDEX, Assign, Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
@@ -36,13 +35,6 @@ EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "co
 
 class FusionError(Exception):
     """The group cannot be expressed as one loop-level program (it is left unfused)."""
-
-
-def _count(shape):
-    out = sympy.Integer(1)
-    for d in shape:
-        out = out * d
-    return out
 
 
 def _to_sympy(e):
@@ -79,6 +71,10 @@ def _same_index(a: list, b: list) -> bool:
     return True
 
 
+def _is_reduction(b: Binding) -> bool:
+    return b.kind == "primitive" and b.callee.kind == "reduction"
+
+
 class _Builder:
     def __init__(self, name: str, bindings: list, inputs: list, outputs: list, bounds: dict):
         self.name = name
@@ -91,7 +87,7 @@ class _Builder:
                                    [a.value for b in bindings for a in b.args if isinstance(a, Literal)],
                                    [v.type.shape for b in bindings for v in b.outvars]))
         names = _buffer_names(self.taken)
-        needed = self._reachable_inputs(inputs)
+        needed = self.upstream(outputs) & set(inputs)
         self.buffer: dict = {}
         self.call_inputs: list = []
         for v in inputs:
@@ -99,7 +95,7 @@ class _Builder:
                 self._add_input(v, next(names))
         for b in bindings:           # array constants become input buffers
             for a in b.args:
-                if isinstance(a, Literal) and not self._scalar(a) and a not in self.buffer:
+                if isinstance(a, Literal) and scalar_literal_expr(a) is None and a not in self.buffer:
                     self._add_input(a, next(names))
         self.out_buffer = {}
         for k, v in enumerate(outputs):
@@ -109,6 +105,7 @@ class _Builder:
             self.taken.add(nm)
             self.out_buffer[v] = Buffer(nm, tuple(v.type.shape), v.type.dtype)
         self.locals: dict = {}        # reduction result Var -> (tir local, outer index)
+        self.to_cache: dict = {}      # value Var -> output buffer to store it in (row-wise groups)
         self.cached: dict = {}        # value Var -> buffer holding it at the full index
         self.full_key = None
         self.pending: list = []       # stores of values to cache, emitted in the current pass
@@ -120,33 +117,26 @@ class _Builder:
         self.buffer[v] = Buffer(name, tuple(v.type.shape), v.type.dtype)
         self.call_inputs.append(v)
 
-    def _reachable_inputs(self, inputs) -> set:
-        seen, todo = set(), list(self.outputs)
+    def upstream(self, roots, through=lambda b: True) -> set:
+        """The values ``roots`` are computed from, following producers ``through`` admits."""
+        seen, todo = set(), [v for v in roots if isinstance(v, Var)]
         while todo:
             v = todo.pop()
             if v in seen:
                 continue
             seen.add(v)
             b = self.producer.get(v)
-            if b is not None:
+            if b is not None and through(b):
                 todo.extend(a for a in b.args if isinstance(a, Var))
-        return seen & set(inputs)
-
-    @staticmethod
-    def _scalar(a) -> bool:
-        return isinstance(a, Literal) and a.type.ndim == 0
+        return seen
 
     def equal(self, a, b) -> bool:
-        return self.env.try_prove("==", sympy.expand(a), sympy.expand(b)) is True
+        return self.env.try_prove("==", a, b) is True
 
     # -- expressions -------------------------------------------------------------------
     def reader(self, a):
-        if isinstance(a, Literal) and self._scalar(a):
-            v = a.value
-            if is_symbolic(v):
-                e = from_sympy(v) if a.type.dtype == INDEX else op("convert", from_sympy(v), dtype=a.type.dtype)
-            else:
-                e = _const(np.asarray(v).item(), a.type.dtype)
+        e = scalar_literal_expr(a)
+        if e is not None:
             return lambda idx, e=e: e
         return lambda idx, a=a: self.value(a, list(idx))
 
@@ -169,7 +159,7 @@ class _Builder:
         name = b.callee.name
         if b.kind == "tir":
             return self._inline_tir(b, idx)
-        if b.kind != "primitive" or b.callee.kind == "reduction":
+        if b.kind != "primitive" or _is_reduction(b):
             raise FusionError(f"{name} cannot be inlined")
         if name in ("take", "take_along_axis"):
             ind = b.args[1]
@@ -229,10 +219,9 @@ class _Builder:
         return stmts + [Store(buf, idx, t) for buf, idx, t in temps]
 
     def injective(self) -> PrimFunc:
-        self.to_cache = {}
         anchor = max(self.outputs, key=lambda v: v.type.ndim).type.shape
         for v in self.outputs:
-            if not self.equal(_count(v.type.shape), _count(anchor)):
+            if not self.equal(prod(v.type.shape), prod(anchor)):
                 raise FusionError("outputs of an injective group differ in size")
         extents = [from_sympy(d) for d in anchor]
 
@@ -245,22 +234,21 @@ class _Builder:
         return self.primfunc(tir.loop_nest(extents, body, _loop_kinds(len(anchor)), self.taken))
 
     def reduction(self) -> PrimFunc:
-        reds = [b for b in self.bindings if b.kind == "primitive" and b.callee.kind == "reduction"]
+        reds = [b for b in self.bindings if _is_reduction(b)]
         full = tuple(reds[0].args[0].type.shape)
         axes = tuple(sorted(reds[0].params["axes"]))
         kept = tuple(d for a, d in enumerate(full) if a not in axes)
         for r in reds:
             if r.callee.name not in REDUCERS or tuple(sorted(r.params["axes"])) != axes or \
-                    len(r.args[0].type.shape) != len(full) or \
-                    not all(self.equal(x, y) for x, y in zip(r.args[0].type.shape, full)):
+                    not self.env.same_shape(r.args[0].type.shape, full):
                 raise FusionError("the reductions of a group must share input shape and axes")
-        if self.equal(_count(full), _count(kept)):
+        if self.equal(prod(full), prod(kept)):
             raise FusionError("the reduced axes have size 1")
 
         def level(v):
-            if self.equal(_count(v.type.shape), _count(full)):
+            if self.equal(prod(v.type.shape), prod(full)):
                 return "full"
-            if self.equal(_count(v.type.shape), _count(kept)):
+            if self.equal(prod(v.type.shape), prod(kept)):
                 return "kept"
             raise FusionError(f"value of shape {v.type} is neither row nor element sized")
         out_level = {v: level(v) for v in self.outputs}
@@ -312,7 +300,7 @@ class _Builder:
             self.pending = []
             pairs = []
             for v in elem_outs:
-                vi = idx if self._same_shape(v.type.shape, full) else reindex(idx, full, v.type.shape)
+                vi = idx if self.env.same_shape(v.type.shape, full) else reindex(idx, full, v.type.shape)
                 pairs.append((self.out_buffer[v], tuple(vi), self.value(v, vi)))
             body = Seq(self.store_all(pairs))
             kinds = ["serial"] * len(inner)
@@ -328,31 +316,21 @@ class _Builder:
             body = For(var, from_sympy(d), kind, body)
         return self.primfunc(body)
 
-    def _same_shape(self, a, b) -> bool:
-        return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
-
     def _plan_cache(self, reds, full, out_level) -> dict:
         """Full-shape values with an expensive op that several passes need -> the output
         buffer the first pass stores them into."""
         passes = [[r.args[0]] for r in reds] + [[v for v in self.outputs if out_level[v] == "full"]]
         need: dict = {}
-        for k, roots in enumerate(passes):
-            seen, todo = set(), [v for v in roots if isinstance(v, Var)]
-            while todo:
-                v = todo.pop()
-                b = self.producer.get(v)
-                if v in seen or b is None or b.callee.kind == "reduction":
-                    continue
-                seen.add(v)
-                todo.extend(a for a in b.args if isinstance(a, Var))
-            for v in seen:
-                need.setdefault(v, set()).add(k)
+        for k, roots in enumerate(passes):       # values each pass computes (not reads)
+            for v in self.upstream(roots, through=lambda b: not _is_reduction(b)):
+                if v in self.producer and not _is_reduction(self.producer[v]):
+                    need.setdefault(v, set()).add(k)
         plan, free = {}, [v for v in self.outputs if out_level[v] == "full"
-                          and self._same_shape(v.type.shape, full)]
+                          and self.env.same_shape(v.type.shape, full)]
         for b in self.bindings:
             v = b.outvars[0]
             if len(need.get(v, ())) < 2 or b.callee.name not in EXPENSIVE or \
-                    not self._same_shape(v.type.shape, full):
+                    not self.env.same_shape(v.type.shape, full):
                 continue
             target = v if v in free else next((o for o in free if o.type.dtype == v.type.dtype), None)
             if target is not None:

@@ -283,19 +283,24 @@ def _buffer_names(taken: set):
             yield c
 
 
+def scalar_literal_expr(a) -> Expr | None:
+    """A scalar literal operand (a number or a symbolic dim used as a value) as a constant
+    expression inside a program; None for arrays, which are passed as buffers."""
+    if not isinstance(a, Literal) or a.type.ndim != 0 or np.ndim(a.value) != 0:
+        return None
+    v = a.value
+    if is_symbolic(v):
+        return op("convert", from_sympy(v), dtype=a.type.dtype) if a.type.dtype != INDEX else from_sympy(v)
+    return _const(np.asarray(v).item(), a.type.dtype)
+
+
 def _operands(args, taken: set):
     """Buffers for array operands; scalar literals become constants inside the program."""
     buffers, reads, call_args = [], [], []
     names = _buffer_names(set(taken))
     for k, a in enumerate(args):
-        if isinstance(a, Literal) and a.type.ndim == 0 and not isinstance(a.value, np.ndarray) \
-                or isinstance(a, Literal) and a.type.ndim == 0 and np.ndim(a.value) == 0:
-            v = a.value
-            if is_symbolic(v):
-                e = op("convert", from_sympy(v), dtype=a.type.dtype) if a.type.dtype != INDEX \
-                    else from_sympy(v)
-            else:
-                e = _const(np.asarray(v).item(), a.type.dtype)
+        e = scalar_literal_expr(a)
+        if e is not None:
             reads.append(lambda idx, e=e: e)
             continue
         b = Buffer(next(names), tuple(a.type.shape), a.type.dtype)

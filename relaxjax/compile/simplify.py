@@ -157,13 +157,6 @@ def _rewritable(b: Binding) -> bool:
             and b.callee.name not in _EFFECTFUL and not getattr(b.callee, "effectful", False))
 
 
-def _same_shape(env: ShapeEnv, a: tuple, b: tuple) -> bool:
-    if len(a) != len(b):
-        return False
-    return all(x == y if isinstance(x, int) and isinstance(y, int) else env.try_prove("==", x, y) is True
-               for x, y in zip(a, b))
-
-
 def _concrete(a: Any) -> np.ndarray | None:
     """The value of a Literal with a concrete (non-symbolic) value, as an array of its dtype."""
     if not isinstance(a, Literal) or is_symbolic(a.value) or a.type.free_symbols():
@@ -366,7 +359,7 @@ def _replaceable(env: ShapeEnv, out: Var, x: Var) -> bool:
     """``x`` may stand for ``out``: same dtype and weakness, provably the same shape (never a
     broadcast)."""
     t, u = out.type, x.type
-    return t.dtype == u.dtype and t.weak == u.weak and _same_shape(env, t.shape, u.shape)
+    return t.dtype == u.dtype and t.weak == u.weak and env.same_shape(t.shape, u.shape)
 
 
 simplify_algebra = Pass("SimplifyAlgebra", _per_function(_simplify_algebra_fn))
