@@ -186,15 +186,23 @@ def format_param(v: Any) -> str:
     return repr(v)
 
 
-def print_function(fn: Function) -> str:
+def value_names(fn: Function) -> dict:
+    """The names the printer gives the function's values: parameters by their own names,
+    binding results a, b, c, ... skipping dim and parameter names."""
     reserved = {s.name for s in fn.dim_vars} | set(fn.param_names)
     for b in fn.bindings:
         for v in b.outvars:
             reserved |= {s.name for s in v.type.free_symbols()}
     gen = (n for n in _names() if n not in reserved)
-    names: dict = {}
-    for p, n in zip(fn.params, fn.param_names):
-        names[p] = n
+    names = dict(zip(fn.params, fn.param_names))
+    for b in fn.bindings:
+        for v in b.outvars:
+            names[v] = next(gen)
+    return names
+
+
+def print_function(fn: Function) -> str:
+    names = value_names(fn)
 
     def atom(a) -> str:
         if isinstance(a, Var):
@@ -223,8 +231,6 @@ def print_function(fn: Function) -> str:
     if fn.guards:
         lines.append("  # guards: " + ", ".join(str(g) for g in fn.guards))
     for b in fn.bindings:
-        for v in b.outvars:
-            names[v] = next(gen)
         lhs = ", ".join(f"{names[v]}: {v.type}" for v in b.outvars)
         args = [atom(a) for a in b.args]
         args += [f"{k}={format_param(v)}" for k, v in b.params.items()]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from ..ir import Function, Var, _names
+from ..ir import Function, Var, value_names
 from ..shapes import INF, Dim, ShapeEnv, dim_str, free_symbols, interval, normalize
 
 ALIGN = 64
@@ -109,20 +109,6 @@ def _sum(terms) -> Dim:
     for t in terms:
         out = out + t
     return normalize(sympy.expand(out)) if isinstance(out, sympy.Basic) else out
-
-
-def value_names(fn: Function) -> dict:
-    """The names ``print(fn)`` gives the function's values."""
-    reserved = {s.name for s in fn.dim_vars} | set(fn.param_names)
-    for b in fn.bindings:
-        for v in b.outvars:
-            reserved |= {s.name for s in v.type.free_symbols()}
-    gen = (n for n in _names() if n not in reserved)
-    names = dict(zip(fn.params, fn.param_names))
-    for b in fn.bindings:
-        for v in b.outvars:
-            names[v] = next(gen)
-    return names
 
 
 def plan_memory(fn: Function) -> MemoryPlan:
