@@ -166,20 +166,22 @@ class _Gen:
         return "\n".join(self.lines) + "\n"
 
     # -- statements ----------------------------------------------------------------------
+    def block(self, s, depth: int) -> None:
+        """A nested body; ``pass`` when it emits nothing (an empty Seq)."""
+        n = len(self.lines)
+        self.stmt(s, depth)
+        if len(self.lines) == n:
+            self.emit(depth, "pass")
+
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Seq):
-            if not s.stmts:
-                self.emit(depth, "pass")
             for x in s.stmts:
                 self.stmt(x, depth)
         elif isinstance(s, For):
             start = self.expr(s.start, depth)
             ext = self.expr(s.extent, depth)
             self.emit(depth, f"for {self.var(s.var.name)} in _arange({start}, {ext}):")
-            n = len(self.lines)
-            self.stmt(s.body, depth + 1)
-            if len(self.lines) == n:
-                self.emit(depth + 1, "pass")
+            self.block(s.body, depth + 1)
         elif isinstance(s, Store):
             idx = self.index(s.buffer, s.index, depth)
             v = self.expr(s.value, depth)
@@ -190,16 +192,10 @@ class _Gen:
         elif isinstance(s, If):
             c = self.expr(s.cond, depth)
             self.emit(depth, f"if {c}:")
-            n = len(self.lines)
-            self.stmt(s.then, depth + 1)
-            if len(self.lines) == n:
-                self.emit(depth + 1, "pass")
+            self.block(s.then, depth + 1)
             if s.else_ is not None:
                 self.emit(depth, "else:")
-                n = len(self.lines)
-                self.stmt(s.else_, depth + 1)
-                if len(self.lines) == n:
-                    self.emit(depth + 1, "pass")
+                self.block(s.else_, depth + 1)
         else:
             raise TypeError(f"not a loop-level statement: {s!r}")
 
