@@ -16,6 +16,8 @@ A matmul group lowers to the library call and one program for its elementwise ep
 """
 from __future__ import annotations
 
+import weakref
+
 import sympy
 
 from .. import dtypes as dt
@@ -352,10 +354,18 @@ def _builder(sub: Function, kind: str) -> "_Builder":
     return _Builder(sub.name, bindings, inputs, outputs, sub.bounds)
 
 
+# FuseOps builds each group's program to check that it can; Legalize reuses that build.
+_BUILT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _build(sub: Function, kind: str) -> tuple[PrimFunc, list, list]:
+    hit = _BUILT.get(sub)
+    if hit is not None and hit[0] == kind:
+        return hit[1]
     b = _builder(sub, kind)
     rows = kind == "reduction" or sub.attrs.get("epilogue") == "reduction"
     f = b.reduction() if rows else b.injective()
+    _BUILT[sub] = (kind, (f, b.call_inputs, b.outputs))
     return f, b.call_inputs, b.outputs
 
 
