@@ -35,6 +35,9 @@ for batch in (3, 17, 128, 1000, 4099):
 print("\nThe traced program, with symbolic batch dim x0 (the sizes >= 2 of the first call became symbols):")
 print(mlp.lower(x, w1, b1, w2).as_text())
 
+print("\nAfter fusion and lowering: two library gemms, each followed by one fused loop program:")
+print(mlp.lower(x, w1, b1, w2).as_text("optimized"))
+
 info = mlp.cache_info()
 print(f"\ncache: {info.compiles} compile, {info.hits} hits, {info.misses} miss for 5 batch sizes")
 assert info.compiles == 1
