@@ -21,6 +21,7 @@ import threading
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence, Union
 
+import numpy as np
 import sympy
 
 from .errors import InconclusiveDimensionError, ShapeError
@@ -684,3 +685,17 @@ def dim(name: str, *, min: int = 1, max: float = INF) -> SymbolicDim:
         raise ValueError(f"dim {name}: max must be an int >= min ({min}), got {max!r}")
     s = symbol(name)
     return SymbolicDim(s, {s: (min, max)})
+
+
+_EVAL_CODE: dict = {}
+
+
+def eval_dim(d: Dim, values: dict) -> int:
+    """The value of dim expression ``d`` given ``values[name] = int`` (compiled once per
+    expression)."""
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    code = _EVAL_CODE.get(d)
+    if code is None:
+        code = _EVAL_CODE[d] = compile(dim_str(d), "<dim>", "eval")
+    return int(eval(code, {"min": min, "max": max, "__builtins__": {}}, values))  # noqa: S307

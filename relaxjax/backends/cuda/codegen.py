@@ -1,0 +1,586 @@
+"""``emit_cuda``: a loop-level program as CUDA C kernels, plus how to launch them.
+
+A program's top-level statements become *phases*, each one ``__global__`` function launched
+in order (a launch boundary is the only grid-wide barrier).  Each phase is mapped by its
+loop kinds, and every mapping uses grid-stride loops, so one launch configuration computed
+on the host from the dim values fits any size:
+
+* ``grid``: a nest of ``parallel``/``vectorized`` loops around straight-line code (an
+  elementwise or injective program) is flattened; each thread takes elements
+  ``g, g + gridDim*blockDim, ...``.
+* ``rows``: ``parallel`` loops around a *row body* that the threads of a block can share:
+  local scalars every thread keeps alike, independent (``vectorized``) loops split across
+  the block, and ``reduction`` loop nests whose accumulators are only combined (``acc =
+  acc + e``, max, min, ...): each thread folds its share from the identity, then
+  ``rj_block_reduce`` (warp shuffles and shared memory) combines the block's partials with
+  the accumulator's initial value.  One block per row: softmax, layer norm, sums.
+* ``threads``: rows whose body cannot be shared (argmax's paired accumulators, serial
+  loops, or reductions over a strided axis): one thread per row.
+* ``single``: a program with no parallel loop whose body cannot be shared: one thread.
+
+Semantics follow the LLVM backend (NumPy's): see ``prelude.PRELUDE``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...compile.tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
+                            Store, Var, from_sympy)
+from ..llvm.mathlib import MATH
+
+_CTYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+          "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+          "float16": "float", "float32": "float", "float64": "double"}
+_MEMTYPE = dict(_CTYPE, bool="uint8_t", float16="__half")
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# reduction combiners: tir op name -> (functor for floats/bool, functor for integers)
+_COMBINE = {"add": ("rj_add_op", "rj_iadd_op"), "mul": ("rj_mul_op", "rj_imul_op"),
+            "max": ("rj_max_op", "rj_max_op"), "min": ("rj_min_op", "rj_min_op"),
+            "and": ("rj_and_op", "rj_and_op"), "or": ("rj_or_op", "rj_or_op"),
+            "xor": ("rj_xor_op", "rj_xor_op")}
+
+
+def ctype(dtype) -> str:
+    """The C type a value of ``dtype`` has in registers (float16 computes in float)."""
+    return _CTYPE[np.dtype(dtype).name]
+
+
+def memtype(dtype) -> str:
+    return _MEMTYPE[np.dtype(dtype).name]
+
+
+@dataclass
+class Phase:
+    name: str            # the __global__ function
+    mode: str            # "grid" | "rows" | "threads" | "single"
+    items: object        # tir index expression over the dims: elements (grid) or rows
+
+
+@dataclass
+class CudaKernel:
+    func: PrimFunc
+    source: str          # the __global__ functions (the prelude comes once per module)
+    phases: list
+
+    @property
+    def dim_vars(self) -> list:
+        return self.func.dim_vars
+
+
+class CudaCodegenError(NotImplementedError):
+    pass
+
+
+def emit_cuda(f: PrimFunc, name: str | None = None) -> CudaKernel:
+    """The CUDA C of one loop-level program.  Kernel parameters: the buffers (inputs
+    ``const``), then the dims as ``int64_t`` in ``f.dim_vars`` order."""
+    return _Emitter(f, name or f.name).emit()
+
+
+class _Emitter:
+    def __init__(self, f: PrimFunc, name: str):
+        self.f, self.name = f, name
+        self.buf = {b.name: f"b{k}" for k, b in enumerate(f.params)}
+        self.lines: list = []
+        self.depth = 1
+        self.n = 0
+
+    # -- kernels -----------------------------------------------------------------------
+    def emit(self) -> CudaKernel:
+        stmts = self.f.body.stmts if isinstance(self.f.body, Seq) else [self.f.body]
+        shares_state = any(isinstance(s, (Local, Assign)) for s in stmts)
+        groups = [stmts] if shares_state or len(stmts) == 1 else [[s] for s in stmts]
+        phases, texts = [], []
+        for k, group in enumerate(groups):
+            pname = self.name if len(groups) == 1 else f"{self.name}_p{k}"
+            ph, text = self._phase(pname, group)
+            phases.append(ph)
+            texts.append(text)
+        return CudaKernel(self.f, "\n\n".join(texts), phases)
+
+    def _signature(self, pname: str) -> str:
+        n_in = len(self.f.params) - self.f.n_outputs
+        ps = [f"{'const ' if k < n_in else ''}{memtype(b.dtype)} *__restrict__ b{k}"
+              for k, b in enumerate(self.f.params)]
+        ps += [f"int64_t d_{d}" for d in self.f.dim_vars]
+        return f'extern "C" __global__ void {pname}({", ".join(ps)})'
+
+    def _phase(self, pname: str, stmts: list) -> tuple:
+        self.lines, self.depth = [], 1
+        for k, b in enumerate(self.f.params):           # row-major strides
+            acc = None
+            for ax in range(len(b.shape) - 1, -1, -1):
+                if acc is not None:
+                    self.line(f"const int64_t s{k}_{ax} = {acc};")
+                    acc = f"s{k}_{ax} * {self.expr(from_sympy(b.shape[ax]))}"
+                else:
+                    acc = self.expr(from_sympy(b.shape[ax]))
+        body = stmts[0] if len(stmts) == 1 else Seq(stmts)
+        loops, inner = _leading_loops(body)
+        if loops and not _has_loop(inner):
+            mode = "grid"
+            items = self._flat_loop(loops, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
+                                    "(int64_t)gridDim.x * blockDim.x")
+            self.serial(inner)
+            self.close()
+        elif _shareable(inner) and (not loops or _contiguous_split(inner)):
+            mode = "rows"
+            if loops:
+                items = self._flat_loop(loops, "blockIdx.x", "gridDim.x")
+            else:
+                items = Const(1, INDEX)
+                self.line("if (blockIdx.x != 0) return;")
+            self.shared(inner)
+            if loops:
+                self.close()
+        elif loops:
+            mode = "threads"
+            items = self._flat_loop(loops, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
+                                    "(int64_t)gridDim.x * blockDim.x")
+            self.serial(inner)
+            self.close()
+        else:
+            mode, items = "single", Const(1, INDEX)
+            self.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
+            self.serial(inner)
+        text = "\n".join([self._signature(pname) + " {"] + self.lines + ["}"])
+        return Phase(pname, mode, items), text
+
+    def _flat_loop(self, loops: list, first: str, step: str):
+        """Open a grid-stride loop over the flattened iteration space of ``loops`` and bind
+        each loop variable; returns the number of iterations (an index expression)."""
+        counts = [_count(l) for l in loops]
+        total = counts[0]
+        for c in counts[1:]:
+            total = total * c
+        q = self.fresh("q")
+        self.line(f"const int64_t {q}_n = {self.expr(total)};")
+        self.line(f"for (int64_t {q} = {first}; {q} < {q}_n; {q} += {step}) {{")
+        self.depth += 1
+        self._unflatten(q, loops, counts)
+        return total
+
+    def _unflatten(self, q: str, loops: list, counts: list) -> None:
+        if len(loops) == 1:
+            self.line(f"const int64_t v_{loops[0].var.name} = {self.expr(loops[0].start)} + {q};")
+            return
+        r = self.fresh("r")
+        self.line(f"int64_t {r} = {q};")
+        for k in range(len(loops) - 1, -1, -1):
+            l, c = loops[k], self.expr(counts[k])
+            if k:
+                self.line(f"const int64_t v_{l.var.name} = {self.expr(l.start)} + {r} % {c}; {r} /= {c};")
+            else:
+                self.line(f"const int64_t v_{l.var.name} = {self.expr(l.start)} + {r};")
+
+    # -- statements ----------------------------------------------------------------------
+    def line(self, s: str) -> None:
+        self.lines.append("  " * self.depth + s)
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.line("}")
+
+    def fresh(self, hint: str) -> str:
+        self.n += 1
+        return f"rj_{hint}{self.n}"
+
+    def serial(self, s) -> None:
+        """``s`` run by one thread as written."""
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.serial(x)
+        elif isinstance(s, For):
+            v = f"v_{s.var.name}"
+            self.line(f"for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.extent)}; ++{v}) {{")
+            self.depth += 1
+            self.serial(s.body)
+            self.close()
+        elif isinstance(s, If):
+            self.line(f"if ({self.expr(s.cond)}) {{")
+            self.depth += 1
+            self.serial(s.then)
+            self.depth -= 1
+            if s.else_ is not None:
+                self.line("} else {")
+                self.depth += 1
+                self.serial(s.else_)
+                self.depth -= 1
+            self.line("}")
+        else:
+            self.simple(s)
+
+    def simple(self, s) -> None:
+        if isinstance(s, Store):
+            self.line(f"{self.addr(s.buffer, s.index)} = {self.to_mem(self.expr(s.value), s.buffer.dtype)};")
+        elif isinstance(s, Local):
+            self.line(f"{ctype(s.var.dtype)} v_{s.var.name} = {self.expr(s.init)};")
+        elif isinstance(s, Assign):
+            self.line(f"v_{s.var.name} = {self.expr(s.value)};")
+        else:
+            raise CudaCodegenError(f"cannot emit {s!r}")
+
+    def shared(self, s) -> None:
+        """``s``, a row body (``_shareable``), run by all threads of a block together."""
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.shared(x)
+        elif isinstance(s, (Local, Assign)):
+            self.simple(s)
+        elif isinstance(s, Store) or isinstance(s, If) and _has_store(s):
+            self.line("if (threadIdx.x == 0) {")
+            self.depth += 1
+            self.serial(s)
+            self.close()
+            self.line("__syncthreads();")
+        elif isinstance(s, If):
+            self.serial(s)
+        elif isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+            v = f"v_{s.var.name}"
+            self.line(f"for (int64_t {v} = {self.expr(s.start)} + threadIdx.x; {v} < {self.expr(s.extent)}; "
+                      f"{v} += blockDim.x) {{")
+            self.depth += 1
+            self.serial(s.body)
+            self.close()
+            self.line("__syncthreads();")
+        elif isinstance(s, For) and s.kind == "reduction":
+            self._block_reduction(s)
+        else:
+            raise CudaCodegenError(f"not a shareable statement: {s!r}")
+
+    def _block_reduction(self, s: For) -> None:
+        loops, body = [s], s.body
+        while isinstance(body, For) and body.kind == "reduction":
+            loops.append(body)
+            body = body.body
+        accs = _combined(s)
+        for name, (opname, dtype) in accs.items():
+            self.line(f"const {ctype(dtype)} v_{name}_init = v_{name}; v_{name} = {self._identity(opname, dtype)};")
+        self._flat_loop(loops, "threadIdx.x", "blockDim.x")
+        self.serial(body)
+        self.close()
+        if not accs:
+            self.line("__syncthreads();")
+        for name, (opname, dtype) in accs.items():
+            ct = ctype(dtype)
+            carrier = "int" if np.dtype(dtype).itemsize < 4 or np.dtype(dtype) == BOOL else ct
+            if np.dtype(dtype) == np.float16:
+                carrier = "float"
+            functor = _COMBINE[opname][np.dtype(dtype).kind in "iu"] + "()"
+            red = (f"rj_block_reduce(({carrier})v_{name}, ({carrier}){self._identity(opname, dtype)}, "
+                   f"{functor})")
+            self.line(f"v_{name} = {self._combine(opname, dtype, f'v_{name}_init', f'({ct}){red}')};")
+
+    def _identity(self, opname: str, dtype) -> str:
+        dtype = np.dtype(dtype)
+        if opname in ("add", "or", "xor"):
+            return self.const(0, dtype)
+        if opname == "mul":
+            return self.const(1, dtype)
+        if opname == "and":
+            return self.const(True if dtype == BOOL else -1, dtype)
+        if dtype.kind == "f":
+            return self.const(float("-inf") if opname == "max" else float("inf"), dtype)
+        if dtype == BOOL:
+            return self.const(opname == "min", dtype)
+        info = np.iinfo(dtype)
+        return self.const(info.min if opname == "max" else info.max, dtype)
+
+    def _combine(self, opname: str, dtype, a: str, b: str) -> str:
+        return self.op(Op(opname, (Var("_a", dtype), Var("_b", dtype)), np.dtype(dtype)), [a, b])
+
+    # -- expressions ---------------------------------------------------------------------
+    def addr(self, b, index) -> str:
+        k = self.buf[b.name][1:]
+        terms = []
+        for ax, i in enumerate(index):
+            e = self.expr(i)
+            terms.append(e if ax == len(index) - 1 else f"({e}) * s{k}_{ax}")
+        return f"{self.buf[b.name]}[{' + '.join(terms) or '0'}]"
+
+    @staticmethod
+    def to_mem(v: str, dtype) -> str:
+        dtype = np.dtype(dtype)
+        if dtype == BOOL:
+            return f"(uint8_t)({v})"
+        if dtype == np.float16:
+            return f"__float2half({v})"
+        return v
+
+    def expr(self, e) -> str:
+        if isinstance(e, Const):
+            return self.const(e.value, e.dtype)
+        if isinstance(e, Var):
+            return f"v_{e.name}" if not self._is_dim(e.name) else f"d_{e.name}"
+        if isinstance(e, Load):
+            v = self.addr(e.buffer, e.index)
+            if e.dtype == BOOL:
+                return f"({v} != 0)"
+            if e.dtype == np.float16:
+                return f"__half2float({v})"
+            return v
+        assert isinstance(e, Op), e
+        if e.name in ("if_then_else", "select"):
+            c, a, b = (self.expr(x) for x in e.args)
+            return f"({c} ? {a} : {b})"
+        return self.op(e, [self.expr(a) for a in e.args])
+
+    def _is_dim(self, name: str) -> bool:
+        return name in self.f.dim_vars
+
+    def const(self, v, dtype) -> str:
+        dtype = np.dtype(dtype)
+        if dtype == BOOL:
+            return "true" if v else "false"
+        if dtype.kind == "f":
+            x = float(np.array(v, dtype))
+            single = dtype != np.float64
+            if np.isnan(x):
+                return "RJ_NAN_F" if single else "RJ_NAN_D"
+            if np.isinf(x):
+                inf = "RJ_INF_F" if single else "RJ_INF_D"
+                return inf if x > 0 else f"(-{inf})"
+            return f"{x.hex()}{'f' if single else ''}"
+        v = int(np.array(int(v)).astype(dtype)) if dtype.kind in "iu" else int(v)
+        if dtype == np.int64:
+            return f"{v}LL" if v != -2 ** 63 else "(-9223372036854775807LL - 1)"
+        if dtype == np.uint64:
+            return f"{v}ULL"
+        return f"(({ctype(dtype)}){v})" if dtype.kind == "i" else f"(({ctype(dtype)}){v}u)"
+
+    def op(self, e: Op, a: list) -> str:
+        name, dtype = e.name, np.dtype(e.dtype)
+        src = np.dtype(e.args[0].dtype)
+        flt = src.kind == "f"
+        ct = ctype(dtype)
+
+        def h(x):            # float16 results round after each operation
+            return f"rj_h({x})" if dtype == np.float16 else x
+
+        if name == "convert":
+            return self._convert(a[0], src, dtype)
+        if name in ("add", "sub", "mul") and src == BOOL:
+            return f"({a[0]} {dict(add='|', mul='&', sub='^')[name]} {a[1]})"
+        if name in ("add", "sub", "mul"):
+            sym = dict(add="+", sub="-", mul="*")[name]
+            if flt or src == INDEX:
+                return h(f"({a[0]} {sym} {a[1]})")
+            if src.kind == "i" and src.itemsize == 4:
+                return f"rj_{name}({a[0]}, {a[1]})"
+            return f"(({ct})({a[0]} {sym} {a[1]}))"
+        if name == "div":
+            return h(f"({a[0]} / {a[1]})")
+        if name == "floor_div":
+            return h(f"rj_floordiv({a[0]}, {a[1]})") if flt else f"rj_floordiv<{ct}>({a[0]}, {a[1]})"
+        if name == "rem":
+            return h(f"rj_mod({a[0]}, {a[1]})") if flt else f"rj_mod<{ct}>({a[0]}, {a[1]})"
+        if name in ("and", "or", "xor"):
+            sym = dict(zip(("and", "or", "xor"), "&|^"))[name]
+            return f"({a[0]} {sym} {a[1]})" if src == BOOL else f"(({ct})({a[0]} {sym} {a[1]}))"
+        if name in ("max", "min"):
+            return f"rj_{name}(({ct}){a[0]}, ({ct}){a[1]})"
+        if name in _CMP:
+            return f"({a[0]} {_CMP[name]} {a[1]})"
+        if name == "neg":
+            if flt:
+                return f"(-{a[0]})"
+            return f"rj_neg<{ct}>({a[0]})" if src.kind in "iu" else f"(!{a[0]})"
+        if name == "not":
+            return f"(!{a[0]})" if src == BOOL else f"(({ct})~{a[0]})"
+        if name == "abs":
+            if flt:
+                return f"fabs{'f' if src != np.float64 else ''}({a[0]})"
+            if src.kind == "u" or src == BOOL:
+                return a[0]
+            return f"({a[0]} < 0 ? rj_neg<{ct}>({a[0]}) : {a[0]})"
+        if name == "sign":
+            zero, one = self.const(0, src), self.const(1, src)
+            if src == BOOL:
+                return a[0]
+            m1 = self.const(-1, src) if src.kind != "u" else zero
+            rest = a[0] if flt else zero
+            return f"({a[0]} > {zero} ? {one} : ({a[0]} < {zero} ? {m1} : {rest}))"
+        if name in ("floor", "ceil", "trunc", "round"):
+            if not flt:
+                return a[0]
+            fn = {"round": "rint"}.get(name, name)
+            return f"{fn}{'f' if src != np.float64 else ''}({a[0]})"
+        if name == "sqrt":
+            return h(f"sqrt{'f' if src != np.float64 else ''}({a[0]})")
+        if name == "reciprocal":
+            if flt:
+                return h(f"({self.const(1, src)} / {a[0]})")
+            return f"rj_truncdiv<{ct}>(({ct})1, {a[0]})"
+        if name == "is_nan":
+            return f"rj_isnan({a[0]})" if flt else "false"
+        if name == "is_inf":
+            return f"rj_isinf({a[0]})" if flt else "false"
+        if name == "is_finite":
+            return f"(!rj_isinf({a[0]}) && !rj_isnan({a[0]}))" if flt else "true"
+        if name in ("shift_left", "shift_right"):
+            return f"rj_sh{'l' if name == 'shift_left' else 'r'}<{ct}>({a[0]}, {a[1]})"
+        if name == "pow" and not flt:
+            return f"rj_ipow<{ct}>({a[0]}, {a[1]})"
+        if name in MATH:
+            base = MATH[name][0]
+            fn = base if src == np.float64 else base + "f"
+            return h(f"{fn}({', '.join(a)})")
+        raise CudaCodegenError(f"the CUDA backend has no lowering for {name!r} on {src}")
+
+    def _convert(self, x: str, src, dst) -> str:
+        src, dst = np.dtype(src), np.dtype(dst)
+        cd = ctype(dst)
+        if src == dst:
+            return x
+        if dst == BOOL:
+            return f"({x} != 0)"
+        if dst.kind == "f":
+            if dst == np.float16:
+                return f"rj_h((float){x})"
+            return f"(({cd}){x})"
+        if src.kind == "f":
+            if dst == np.uint64:
+                return f"rj_f2u64({x})"
+            return f"(({cd})rj_f2i({x}))"
+        return f"(({cd}){x})"
+
+
+# ---------------------------------------------------------------------------------------
+# Analysis of loop nests
+# ---------------------------------------------------------------------------------------
+
+def _count(loop: For):
+    from ...compile.tir import op
+    return op("max", loop.extent - loop.start, Const(0, INDEX))
+
+
+def _leading_loops(s) -> tuple:
+    loops = []
+    while isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+        loops.append(s)
+        s = s.body
+    return loops, s
+
+
+def _walk(s):
+    yield s
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            yield from _walk(x)
+    elif isinstance(s, For):
+        yield from _walk(s.body)
+    elif isinstance(s, If):
+        yield from _walk(s.then)
+        if s.else_ is not None:
+            yield from _walk(s.else_)
+
+
+def _has_loop(s) -> bool:
+    return any(isinstance(x, For) for x in _walk(s))
+
+
+def _has_store(s) -> bool:
+    return any(isinstance(x, Store) for x in _walk(s))
+
+
+def _exprs(s):
+    """Every expression of ``s`` (not recursing into sub-expressions)."""
+    for x in _walk(s):
+        if isinstance(x, Store):
+            yield from x.index
+            yield x.value
+        elif isinstance(x, Local):
+            yield x.init
+        elif isinstance(x, Assign):
+            yield x.value
+        elif isinstance(x, If):
+            yield x.cond
+        elif isinstance(x, For):
+            yield x.start
+            yield x.extent
+
+
+def _sub_exprs(e):
+    yield e
+    if isinstance(e, Op):
+        for a in e.args:
+            yield from _sub_exprs(a)
+    elif isinstance(e, Load):
+        for i in e.index:
+            yield from _sub_exprs(i)
+
+
+def _reads(s, name: str) -> int:
+    return sum(isinstance(x, Var) and x.name == name for e in _exprs(s) for x in _sub_exprs(e))
+
+
+def _declared(s) -> set:
+    return {x.var.name for x in _walk(s) if isinstance(x, Local)} | \
+        {x.var.name for x in _walk(s) if isinstance(x, For)}
+
+
+def _combined(loop: For) -> dict | None:
+    """The accumulators a reduction loop only combines into: {name: (op, dtype)}; None when
+    an outer local is assigned any other way (or read apart from its combining)."""
+    inner = _declared(loop.body)
+    accs: dict = {}
+    assigns = [x for x in _walk(loop.body) if isinstance(x, Assign) and x.var.name not in inner]
+    for a in assigns:
+        v = a.value
+        if not (isinstance(v, Op) and v.name in _COMBINE and len(v.args) == 2):
+            return None
+        x, y = v.args
+        acc = x if isinstance(x, Var) and x.name == a.var.name else y
+        other = y if acc is x else x
+        if not (isinstance(acc, Var) and acc.name == a.var.name) or _reads_expr(other, a.var.name):
+            return None
+        if accs.setdefault(a.var.name, (v.name, a.var.dtype))[0] != v.name:
+            return None
+    for name in accs:
+        n_assign = sum(1 for a in assigns if a.var.name == name)
+        if _reads(loop.body, name) != n_assign:
+            return None
+    return accs
+
+
+def _reads_expr(e, name: str) -> bool:
+    return any(isinstance(x, Var) and x.name == name for x in _sub_exprs(e))
+
+
+def _shareable(s) -> bool:
+    """Can the threads of a block run ``s`` together (see ``_Emitter.shared``)?"""
+    if isinstance(s, Seq):
+        return all(_shareable(x) for x in s.stmts)
+    if isinstance(s, (Local, Assign, Store)):
+        return True
+    if isinstance(s, If):
+        if _has_loop(s):
+            return False
+        assigns = any(isinstance(x, (Assign, Local)) for x in _walk(s))
+        return not (assigns and _has_store(s))
+    if isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+        inner = _declared(s.body)
+        return not any(isinstance(x, Assign) and x.var.name not in inner for x in _walk(s.body))
+    if isinstance(s, For) and s.kind == "reduction":
+        return _combined(s) is not None
+    return False
+
+
+def _contiguous_split(s) -> bool:
+    """Does a loop split across the block walk the last (contiguous) axis of some buffer?
+    Otherwise neighbouring threads would touch far-apart addresses: one thread per row is
+    better."""
+    for x in _walk(s):
+        if isinstance(x, For):
+            names = {l.var.name for l in _walk(x) if isinstance(l, For)}
+            for e in _exprs(x.body):
+                for sub in _sub_exprs(e):
+                    if isinstance(sub, Load) and sub.index and \
+                            any(_reads_expr(sub.index[-1], n) for n in names):
+                        return True
+            for st in _walk(x.body):
+                if isinstance(st, Store) and st.index and any(_reads_expr(st.index[-1], n) for n in names):
+                    return True
+    return False

@@ -1,0 +1,182 @@
+"""Where generated CUDA code runs: a GPU through CuPy, or the CPU emulator.
+
+Both devices take the same CUDA C module (``prelude.PRELUDE`` + the kernels) and offer the
+same few operations to the executable: move arrays, allocate, load a module, launch a
+kernel, multiply matrices.  The executable (``runtime.CudaExecutable``) is written against
+this interface only, so the emulator tests the whole backend — code generation, launch
+configuration, memory plan, library calls — on machines without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+
+from .prelude import EMULATOR_HEADER, PRELUDE
+
+_LOCK = threading.Lock()
+
+
+def module_source(kernels: list) -> str:
+    return PRELUDE + "\n\n" + "\n\n".join(k.source for k in kernels) + "\n"
+
+
+class CupyDevice:
+    """A CUDA GPU through CuPy: NVRTC compiles each module once (CuPy caches the binary on
+    disk, keyed by source and architecture), kernels launch on CuPy's current stream,
+    arrays come from CuPy's memory pool, matmul goes to cuBLAS."""
+    name = "cuda"
+    threads_per_block = 256
+
+    def __init__(self):
+        try:
+            import cupy
+        except ImportError as e:
+            raise ImportError("the CUDA backend needs CuPy: pip install 'relaxjax[cuda]' "
+                              "(or a cupy-cuda12x/13x wheel matching your driver)") from e
+        try:
+            n = cupy.cuda.runtime.getDeviceCount()
+        except Exception as e:       # noqa: BLE001  (CuPy raises its own runtime errors)
+            raise RuntimeError(f"the CUDA backend found no usable GPU: {e}") from None
+        if n == 0:
+            raise RuntimeError("the CUDA backend found no GPU")
+        self.cp = cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        self.max_blocks = int(props["multiProcessorCount"]) * 32
+        self.arch = f"sm_{props['major']}{props['minor']}"
+        self._modules: dict = {}
+
+    def is_array(self, x) -> bool:
+        return isinstance(x, self.cp.ndarray)
+
+    def asarray(self, x):
+        return self.cp.ascontiguousarray(self.cp.asarray(x))
+
+    def to_host(self, x) -> np.ndarray:
+        return self.cp.asnumpy(x)
+
+    def empty(self, shape, dtype):
+        return self.cp.empty(shape, dtype)
+
+    def load(self, kernels: list) -> dict:
+        src = module_source(kernels)
+        key = hashlib.sha256(src.encode()).hexdigest()
+        with _LOCK:
+            mod = self._modules.get(key)
+            if mod is None:
+                mod = self.cp.RawModule(code=src, options=("-std=c++17",))
+                self._modules[key] = mod
+        return {ph.name: mod.get_function(ph.name) for k in kernels for ph in k.phases}
+
+    def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
+        fn((grid,), (block,), tuple(buffers) + tuple(np.int64(d) for d in dims))
+
+    def matmul(self, a, b, out) -> None:
+        self.cp.matmul(a, b, out=out)
+
+
+class EmulatedDevice:
+    """Runs the generated CUDA C on the CPU, for tests without a GPU: the module is compiled
+    by the host C++ compiler with ``RJ_EMULATE`` (see ``prelude.EMULATOR_HEADER``); a launch
+    runs the blocks in turn, each as an OpenMP team of ``blockDim.x`` threads.  Small blocks
+    and grids (two warps, four blocks) make every grid-stride and cross-warp path run on
+    small inputs.  Slow; arrays are NumPy arrays."""
+    name = "cuda-emulated"
+    threads_per_block = 64
+    max_blocks = 4
+    arch = "emulated"
+
+    def __init__(self):
+        self.cxx = os.environ.get("CXX", "g++")
+        self._libs: dict = {}
+        self.dir = os.path.join(tempfile.gettempdir(), f"relaxjax-cuda-emulated-{os.getuid()}")
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, "rj_emulate.h"), "w") as f:
+            f.write(EMULATOR_HEADER)
+
+    def is_array(self, x) -> bool:
+        return isinstance(x, np.ndarray)
+
+    def asarray(self, x):
+        x = np.asarray(x)
+        return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+    def to_host(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def load(self, kernels: list) -> dict:
+        src = "#define RJ_EMULATE 1\n" + module_source(kernels) + "\n" + \
+            "\n".join(_launcher(k, ph) for k in kernels for ph in k.phases)
+        key = hashlib.sha256(src.encode()).hexdigest()[:24]
+        with _LOCK:
+            lib = self._libs.get(key)
+            if lib is None:
+                lib = self._libs[key] = self._build(src, key)
+        out = {}
+        for k in kernels:
+            for ph in k.phases:
+                fn = getattr(lib, f"rj_launch_{ph.name}")
+                fn.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
+                fn.restype = ctypes.c_int
+                out[ph.name] = fn
+        return out
+
+    def _build(self, src: str, key: str):
+        so = os.path.join(self.dir, f"m{key}.so")
+        if not os.path.exists(so):
+            cpp = os.path.join(self.dir, f"m{key}.{os.getpid()}.cpp")
+            with open(cpp, "w") as f:
+                f.write(src)
+            tmp = f"{so}.{os.getpid()}.tmp"
+            r = subprocess.run([self.cxx, "-std=c++17", "-O1", "-fopenmp", "-fPIC", "-shared",
+                                "-w", "-I", self.dir, "-o", tmp, cpp], capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(f"the CUDA emulator could not compile the generated module "
+                                   f"({cpp}):\n{r.stderr[-4000:]}")
+            os.replace(tmp, so)
+            os.unlink(cpp)
+        return ctypes.CDLL(so)
+
+    def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
+        slots = np.array([b.ctypes.data for b in buffers] + [int(d) for d in dims] or [0], np.uint64)
+        if fn(grid, block, slots.ctypes.data) != 0:
+            raise RuntimeError(f"the CUDA emulator could not start {block} threads per block")
+
+    def matmul(self, a, b, out) -> None:
+        np.matmul(a, b, out=out)
+
+
+def _launcher(k, ph) -> str:
+    """``int rj_launch_<phase>(grid, block, uint64_t *args)`` for the emulator."""
+    from .codegen import memtype
+    f = k.func
+    n_in = len(f.params) - f.n_outputs
+    args = [f"({'const ' if i < n_in else ''}{memtype(b.dtype)} *)args[{i}]" for i, b in enumerate(f.params)]
+    args += [f"(int64_t)args[{len(f.params) + i}]" for i in range(len(f.dim_vars))]
+    return f"""extern "C" int rj_launch_{ph.name}(unsigned grid, unsigned block, uint64_t *args) {{
+  omp_set_dynamic(0);
+  gridDim = rj_dim3{{grid, 1, 1}}; blockDim = rj_dim3{{block, 1, 1}};
+  int ok = 1;
+  for (unsigned bx = 0; bx < grid; ++bx) {{
+    #pragma omp parallel num_threads(block)
+    {{
+      if (omp_get_num_threads() != (int)block) {{
+        #pragma omp atomic write
+        ok = 0;
+      }} else {{
+        blockIdx = rj_dim3{{bx, 0, 0}}; threadIdx = rj_dim3{{(unsigned)omp_get_thread_num(), 0, 0}};
+        {ph.name}({", ".join(args)});
+      }}
+    }}
+    if (!ok) return 1;
+  }}
+  return 0;
+}}"""

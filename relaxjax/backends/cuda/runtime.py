@@ -1,0 +1,233 @@
+"""The CUDA backend's executable: the lowered graph function runs on the host as a list of
+steps — kernel launches (``call_tir``, from ``codegen.emit_cuda``), cuBLAS matmuls
+(``call_library``) and host operations (reshape views, ``match_cast`` checks, data-dependent
+ops) — over device arrays.  Intermediates follow ``compile.memplan.plan_memory`` as on the
+CPU: one device block per storage and call (from CuPy's pool), values are views of it.
+
+Launch configuration comes from the dim values at each call: ``grid`` phases take
+``ceil(items / threads_per_block)`` blocks, ``rows`` phases one block per row, both capped
+at ``device.max_blocks`` (the kernels loop with grid strides over the rest)."""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from ...compile.legalize import HOST_OPS, legalize
+from ...compile.memplan import byte_size, plan_memory
+from ...compile.passes import run_pipeline
+from ...compile.tir import Const, Op, PrimFunc, Var as TVar
+from ...errors import ShapeError
+from ...ir import Binding, Function, IRModule, Literal, Var
+from ...shapes import dim_str, eval_dim, is_symbolic
+from .codegen import emit_cuda
+from .device import module_source
+
+_KERNELS: dict = {}      # signature text of a PrimFunc -> CudaKernel (named by its source hash)
+
+
+def kernel_for(f: PrimFunc):
+    """The CUDA kernel of a loop-level program, named by a hash of its source so equal
+    programs (whatever their buffers are called) share one compiled function."""
+    key = f.signature_text()
+    k = _KERNELS.get(key)
+    if k is None:
+        proto = emit_cuda(f, "RJ_KERNEL")
+        sym = "rjk_" + hashlib.sha256(proto.source.encode()).hexdigest()[:20]
+        k = emit_cuda(f, sym)
+        _KERNELS[key] = k
+    return k
+
+
+def index_fn(e):
+    """A Python function ``D -> int`` for a loop-level index expression over dims."""
+    def src(x) -> str:
+        if isinstance(x, Const):
+            return str(int(x.value))
+        if isinstance(x, TVar):
+            return f"D[{x.name!r}]"
+        assert isinstance(x, Op), x
+        a = [src(y) for y in x.args]
+        if x.name in ("max", "min"):
+            return f"{x.name}({', '.join(a)})"
+        sym = {"add": "+", "sub": "-", "mul": "*", "floor_div": "//", "rem": "%"}[x.name]
+        return f"({a[0]} {sym} {a[1]})"
+    return eval(f"lambda D: {src(e)}", {"max": max, "min": min, "__builtins__": {}})  # noqa: S307
+
+
+def _has_unlowered(fn: Function) -> bool:
+    return any(b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"
+               for b in fn.bindings)
+
+
+class CudaExecutable:
+    """Code generation happens here, with no GPU needed (``as_text("cuda")``); the device
+    (``device_factory()``) is opened, the module compiled and constants uploaded at the
+    first call."""
+
+    def __init__(self, module: IRModule, device_factory):
+        if _has_unlowered(module.main):
+            module = run_pipeline(module, [legalize], dump_input=False)
+        self.module, self._device_factory = module, device_factory
+        self.device = None
+        self._ready = False
+        self.fn = fn = module.main
+        self.memory_plan = plan_memory(fn)
+        kernels = {}
+        for b in fn.bindings:
+            if b.kind == "tir" and id(b.callee) not in kernels:
+                kernels[id(b.callee)] = kernel_for(b.callee)
+        self.kernels = kernels
+        self.unique_kernels = list({k.phases[0].name: k for k in kernels.values()}.values())
+        self.source = module_source(self.unique_kernels)
+        self._lock = threading.Lock()
+
+    def _open(self) -> None:
+        with self._lock:
+            if self._ready:
+                return
+            device = self._device_factory()
+            self.functions = device.load(self.unique_kernels) if self.unique_kernels else {}
+            self.consts = {}
+            for b in self.fn.bindings:
+                for a in b.args:
+                    if isinstance(a, Literal) and b.kind != "primitive" and id(a) not in self.consts:
+                        self.consts[id(a)] = device.asarray(np.asarray(a.value, a.type.dtype))
+            self.device = device
+            self.steps = [self._step(b) for b in self.fn.bindings]
+            self._ready = True
+
+    # -- steps -----------------------------------------------------------------------------
+    def _value(self, a, env: dict):
+        if isinstance(a, Var):
+            return env[a]
+        return self.consts[id(a)] if id(a) in self.consts else np.asarray(a.value, a.type.dtype)
+
+    def _alloc(self, v: Var, D: dict, env: dict, blocks: dict):
+        shape = tuple(eval_dim(d, D) for d in v.type.shape)
+        s = self.memory_plan.storage_of.get(v)
+        if s is None:
+            return self.device.empty(shape, v.type.dtype)
+        blk = blocks.get(s.index)
+        if blk is None:
+            blk = blocks[s.index] = self.device.empty((max(eval_dim(s.size, D), 1),), np.uint8)
+        n = eval_dim(byte_size(v), D)
+        return blk[:n].view(v.type.dtype).reshape(shape)
+
+    def _step(self, b: Binding):
+        dev = self.device
+        if b.kind == "tir":
+            k = self.kernels[id(b.callee)]
+            f = b.callee
+            phases = [(self.functions[ph.name], ph.mode, index_fn(ph.items)) for ph in k.phases]
+            tpb, cap = dev.threads_per_block, dev.max_blocks
+
+            def run(D, env, blocks):
+                for v in b.outvars:
+                    env[v] = self._alloc(v, D, env, blocks)
+                self._host_checks(b, D, env)
+                bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
+                dims = [D[d] for d in f.dim_vars]
+                for fn, mode, items in phases:
+                    n = items(D)
+                    if n <= 0:
+                        continue
+                    if mode == "grid" or mode == "threads":
+                        grid, block = min(-(-n // tpb), cap), tpb
+                    elif mode == "rows":
+                        grid, block = min(n, cap), tpb
+                    else:
+                        grid, block = 1, 32
+                    dev.launch(fn, grid, block, bufs, dims)
+            return run
+        if b.kind == "library":
+            def run(D, env, blocks):
+                out = b.outvars[0]
+                env[out] = self._alloc(out, D, env, blocks)
+                a, c = (self._value(x, env) for x in b.args)
+                if env[out].size:
+                    dev.matmul(a, c, env[out])
+            return run
+        name = b.callee.name
+        if name == "reshape":
+            def run(D, env, blocks):
+                env[b.outvars[0]] = self._value(b.args[0], env).reshape(
+                    tuple(eval_dim(d, D) for d in b.outvars[0].type.shape))
+            return run
+        if name == "match_cast":
+            def run(D, env, blocks):
+                x = self._value(b.args[0], env)
+                for ax, want in enumerate(b.outvars[0].type.shape):
+                    if is_symbolic(want) and want.is_Symbol and want.name not in D:
+                        D[want.name] = x.shape[ax]
+                    elif eval_dim(want, D) != x.shape[ax]:
+                        raise ShapeError(f"match_cast at {b.source}: axis {ax} has {x.shape[ax]}, "
+                                         f"expected {dim_str(want)} = {eval_dim(want, D)}")
+                env[b.outvars[0]] = x
+            return run
+
+        def run(D, env, blocks):        # data-dependent: the reference implementation, on the host
+            args = [dev.to_host(self._value(a, env)) for a in b.args]
+            params = {k: (eval_dim(v, D) if is_symbolic(v) else v) for k, v in b.params.items() if k != "count"}
+            if "count" in b.params:
+                params["count"] = None
+            res = b.callee.impl(*args, **params)
+            res = list(res) if getattr(b.callee, "multiple_results", False) else [res]
+            for v, r in zip(b.outvars, res):
+                r = np.ascontiguousarray(r, v.type.dtype)
+                for ax, d in enumerate(v.type.shape):
+                    if is_symbolic(d) and d.is_Symbol and d.name not in D:
+                        D[d.name] = r.shape[ax]
+                env[v] = dev.asarray(r)
+        return run
+
+    def _host_checks(self, b: Binding, D: dict, env: dict) -> None:
+        for kind, pos, size, axis in b.callee.host_checks:
+            idx = self.device.to_host(self._value(b.args[pos], env))
+            n = eval_dim(size, D)
+            if idx.size and (idx.min() < -n or idx.max() >= n):
+                bad = idx.min() if idx.min() < -n else idx.max()
+                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+
+    # -- calls -----------------------------------------------------------------------------
+    def __call__(self, dims: dict, arrays: list) -> list:
+        if not self._ready:
+            self._open()
+        D = dict(dims)
+        env = {p: self.device.asarray(a) for p, a in zip(self.fn.params, arrays)}
+        blocks: dict = {}
+        for step in self.steps:
+            step(D, env, blocks)
+        out = []
+        for r in self.fn.results:
+            if isinstance(r, Var):
+                out.append(env[r])
+            elif is_symbolic(r.value):
+                out.append(np.asarray(eval_dim(r.value, D), r.type.dtype))
+            else:
+                out.append(np.asarray(r.value, r.type.dtype))
+        return out
+
+    def memory_stats(self, dims: dict | None = None) -> dict:
+        plan = self.memory_plan
+        out = {"intermediate_values": len(plan.storage_of), "intermediate_storages": len(plan.storages),
+               "intermediate_bytes": dim_str(plan.total_bytes),
+               "intermediate_bytes_without_reuse": dim_str(plan.values_bytes)}
+        if dims is not None:
+            D = {str(k): int(v) for k, v in dims.items()}
+            out["intermediate_bytes"] = eval_dim(plan.total_bytes, D)
+            out["intermediate_bytes_without_reuse"] = eval_dim(plan.values_bytes, D)
+        return out
+
+    # -- inspection ------------------------------------------------------------------------
+    def as_text(self, stage: str) -> str:
+        if stage == "optimized":
+            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, Function))
+        if stage == "loops":
+            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, PrimFunc))
+        if stage == "cuda":
+            return self.source
+        if stage == "memory":
+            return str(self.memory_plan)
+        raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, cuda, memory")
