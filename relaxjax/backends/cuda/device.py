@@ -49,7 +49,7 @@ class CupyDevice:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         self.max_blocks = int(props["multiProcessorCount"]) * 32
         self.arch = f"sm_{props['major']}{props['minor']}"
-        self._modules: dict = {}
+        self._functions: dict = {}      # phase name -> loaded kernel, across modules
 
     def is_array(self, x) -> bool:
         return isinstance(x, self.cp.ndarray)
@@ -64,14 +64,16 @@ class CupyDevice:
         return self.cp.empty(shape, dtype)
 
     def load(self, kernels: list) -> dict:
-        src = module_source(kernels)
-        key = hashlib.sha256(src.encode()).hexdigest()
+        """The launchable functions of ``kernels``; those not loaded yet are compiled as one
+        module."""
         with _LOCK:
-            mod = self._modules.get(key)
-            if mod is None:
-                mod = self.cp.RawModule(code=src, options=("-std=c++17",))
-                self._modules[key] = mod
-        return {ph.name: mod.get_function(ph.name) for k in kernels for ph in k.phases}
+            missing = [k for k in kernels if any(ph.name not in self._functions for ph in k.phases)]
+            if missing:
+                mod = self.cp.RawModule(code=module_source(missing), options=("-std=c++17",))
+                for k in missing:
+                    for ph in k.phases:
+                        self._functions[ph.name] = mod.get_function(ph.name)
+            return {ph.name: self._functions[ph.name] for k in kernels for ph in k.phases}
 
     def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
         fn((grid,), (block,), tuple(buffers) + tuple(np.int64(d) for d in dims))
@@ -93,7 +95,7 @@ class EmulatedDevice:
 
     def __init__(self):
         self.cxx = os.environ.get("CXX", "g++")
-        self._libs: dict = {}
+        self._functions: dict = {}
         self.dir = os.path.join(tempfile.gettempdir(), f"relaxjax-cuda-emulated-{os.getuid()}")
         os.makedirs(self.dir, exist_ok=True)
         with open(os.path.join(self.dir, "rj_emulate.h"), "w") as f:
@@ -113,21 +115,19 @@ class EmulatedDevice:
         return np.empty(shape, dtype)
 
     def load(self, kernels: list) -> dict:
-        src = "#define RJ_EMULATE 1\n" + module_source(kernels) + "\n" + \
-            "\n".join(_launcher(k, ph) for k in kernels for ph in k.phases)
-        key = hashlib.sha256(src.encode()).hexdigest()[:24]
         with _LOCK:
-            lib = self._libs.get(key)
-            if lib is None:
-                lib = self._libs[key] = self._build(src, key)
-        out = {}
-        for k in kernels:
-            for ph in k.phases:
-                fn = getattr(lib, f"rj_launch_{ph.name}")
-                fn.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
-                fn.restype = ctypes.c_int
-                out[ph.name] = fn
-        return out
+            missing = [k for k in kernels if any(ph.name not in self._functions for ph in k.phases)]
+            if missing:
+                src = "#define RJ_EMULATE 1\n" + module_source(missing) + "\n" + \
+                    "\n".join(_launcher(k, ph) for k in missing for ph in k.phases)
+                lib = self._build(src, hashlib.sha256(src.encode()).hexdigest()[:24])
+                for k in missing:
+                    for ph in k.phases:
+                        fn = getattr(lib, f"rj_launch_{ph.name}")
+                        fn.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
+                        fn.restype = ctypes.c_int
+                        self._functions[ph.name] = fn
+            return {ph.name: self._functions[ph.name] for k in kernels for ph in k.phases}
 
     def _build(self, src: str, key: str):
         so = os.path.join(self.dir, f"m{key}.so")
@@ -136,7 +136,7 @@ class EmulatedDevice:
             with open(cpp, "w") as f:
                 f.write(src)
             tmp = f"{so}.{os.getpid()}.tmp"
-            r = subprocess.run([self.cxx, "-std=c++17", "-O1", "-fopenmp", "-fPIC", "-shared",
+            r = subprocess.run([self.cxx, "-std=c++17", "-O0", "-fopenmp", "-fPIC", "-shared",
                                 "-w", "-I", self.dir, "-o", tmp, cpp], capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"the CUDA emulator could not compile the generated module "

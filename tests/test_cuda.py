@@ -1,0 +1,262 @@
+"""The CUDA backend, checked without a GPU and with one.
+
+A corpus of programs covers every primitive (each elementwise op in each dtype it supports,
+reductions, shape ops, indexing, matmul with fused epilogues, the five benchmark workloads).
+
+* Every CUDA kernel the corpus generates is compiled for sm_90 by nvcc in one module (ptxas
+  included), failing on any error.  Needs no GPU; skipped only without nvcc.
+* The corpus runs on ``cuda-emulated`` — the same generated CUDA C, compiled for the CPU
+  and run with one OpenMP thread per CUDA thread, two warps per block and at most four
+  blocks, so grid-stride loops and cross-warp reductions run even on small inputs — and on
+  ``cuda`` when a GPU is present, against NumPy on hypothesis-drawn shapes with symbolic
+  dims (sizes 1, primes, larger).
+* On a machine with a GPU the whole suite also runs on ``cuda`` (``helpers.BACKENDS``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+from relaxjax import nn
+from relaxjax.backends.cuda import emulated_device, gpu_available
+from relaxjax.backends.cuda.device import module_source
+from relaxjax.core import PRIMITIVES
+from helpers import SMALL_SIZES, arrays, assert_same, tolerance
+from test_elementwise import BINARY, UNARY
+from test_reductions import REDUCTIONS
+
+S = rj.ShapeDtypeStruct
+n, m = rj.dims("n m")
+
+
+class Program(NamedTuple):
+    name: str
+    fn: Callable
+    structs: tuple
+    lo: float = -10.0
+    hi: float = 10.0
+    tol: dict | None = None
+    nonzero: bool = False        # integer operands must be nonzero (division)
+
+
+def _corpus() -> list:
+    out = []
+    for op in UNARY:
+        for d in op.dtypes:
+            out.append(Program(f"{op.name}[{d}]", op.rj_fn, (S((n, m), d),), op.lo, op.hi))
+    for op in BINARY:
+        for d in op.dtypes:
+            out.append(Program(f"{op.name}[{d}]", op.rj_fn, (S((n, m), d), S((m,), d)), op.lo, op.hi,
+                               nonzero=op.name in ("floor_divide", "mod", "remainder") and d != "float32"
+                               and d != "float64"))
+    for red in REDUCTIONS:
+        if red.name.startswith("x.") or red.extra:
+            continue
+        for d in ("float32", "int32", "bool"):
+            for axis in (None, 0, 1):
+                out.append(Program(f"{red.name}[{d},axis={axis}]",
+                                   lambda x, r=red, a=axis: r.rj_fn(x, a, False), (S((n, m), d),),
+                                   -2 if red.name == "prod" else -10, 2 if red.name == "prod" else 10,
+                                   tol=dict(rtol=1e-4, atol=1e-4)))
+    f32, f16, f64 = "float32", "float16", "float64"
+    more = [
+        Program("var", lambda x: rnp.var(x, axis=1), (S((n, m), f32),), tol=dict(rtol=1e-4, atol=1e-4)),
+        Program("float16 chain", lambda x: rnp.tanh(x * 2.0 + 1.0) + x, (S((n, m), f16),), -3, 3),
+        Program("float16 sum", lambda x: rnp.sum(x, axis=1), (S((n, m), f16),), -1, 1,
+                tol=dict(rtol=2e-2, atol=5e-2)),
+        Program("astype f32->u8", lambda x: x.astype("uint8"), (S((n, m), f32),), -300, 300),
+        Program("astype f64->i16", lambda x: x.astype("int16"), (S((n, m), f64),), -1e6, 1e6),
+        Program("astype i64->f16", lambda x: x.astype("float16"), (S((n, m), "int64"),), -1e4, 1e4),
+        Program("astype f32->u64", lambda x: x.astype("uint64"), (S((n, m), f32),), 0, 1e6),
+        Program("u8 arithmetic", lambda x: (x * 3 + 7) // 2 - x, (S((n, m), "uint8"),), 0, 255),
+        Program("i8 arithmetic", lambda x: -(x * 5) + x % 3, (S((n, m), "int8"),), -128, 127),
+        Program("where", lambda c, x: rnp.where(c > 0, x, -x), (S((n, m), f32), S((n, m), f32))),
+        Program("clip", lambda x: rnp.clip(x, -1.0, 2.0), (S((n, m), f32),)),
+        Program("transpose", lambda x: x.T + 1.0, (S((n, m), f32),)),
+        Program("reshape", lambda x: (x * 2.0).reshape(m, n) + 1.0, (S((n, m), f32),)),
+        Program("broadcast_to", lambda x, y: rnp.broadcast_to(x, y.shape) * y, (S((m,), f32), S((n, m), f32))),
+        Program("concatenate", lambda x: rnp.concatenate([x, x * 2.0], axis=1), (S((n, m), f32),)),
+        Program("pad", lambda x: rnp.pad(x, ((1, 2), (0, 3))), (S((n, m), f32),)),
+        Program("slice", lambda x: x[1:, ::2] * 3.0, (S((n, m), f32),)),
+        Program("take", lambda x: rnp.take(x, rnp.array([0, 0]), axis=1) + 1.0, (S((n, m), f32),)),
+        Program("take_along_axis", lambda x: rnp.take_along_axis(x, rnp.argsort(x, axis=1)
+                                                                 if hasattr(rnp, "argsort") else
+                                                                 rnp.argmax(x, axis=1, keepdims=True), axis=1),
+                (S((n, m), f32),)),
+        Program("arange", lambda x: x + rnp.arange(x.shape[1], dtype="float32"), (S((n, m), f32),)),
+        Program("matmul f32", lambda x, w: x @ w, (S((n, m), f32), S((m, 7), f32)),
+                tol=dict(rtol=1e-4, atol=1e-4)),
+        Program("matmul f64 + epilogue", lambda x, w, b: rnp.tanh(x @ w + b),
+                (S((n, m), f64), S((m, 5), f64), S((5,), f64))),
+        Program("matmul int32", lambda x, w: x @ w, (S((n, m), "int32"), S((m, 3), "int32")), -5, 5),
+        Program("batched matmul", lambda x, w: x @ w, (S((3, n, m), f32), S((m, 4), f32)),
+                tol=dict(rtol=1e-4, atol=1e-4)),
+        Program("nonzero", lambda x: rnp.nonzero(x > 0)[0] * 2, (S((n,), f32),)),
+        Program("boolean_mask", lambda x: x[x > 0] + 1.0, (S((n,), f32),)),
+        Program("match_cast", lambda x: rj.match_cast(x * 2.0, (n, m)) + 1.0, (S((n, m), f32),)),
+    ]
+    out += more
+    gelu_c = math.sqrt(2.0 / math.pi)
+
+    def w3(x, g, b):
+        mu = rnp.mean(x, axis=-1, keepdims=True)
+        xc = x - mu
+        var = rnp.mean(xc * xc, axis=-1, keepdims=True)
+        return xc * (1.0 / rnp.sqrt(var + 1e-5)) * g + b
+
+    def w4(x, w1, b1, w2, b2):
+        h = x @ w1 + b1
+        return (0.5 * h * (1.0 + rnp.tanh(gelu_c * (h + 0.044715 * h * h * h)))) @ w2 + b2
+
+    def w5(q, k, v):
+        s = (q @ k.T) * (1.0 / math.sqrt(q.shape[-1]))
+        return nn.softmax(s, axis=-1) @ v
+    t4 = dict(rtol=1e-4, atol=1e-4)
+    out += [
+        Program("W1 elementwise chain", lambda x: rnp.tanh(rnp.exp(x) * 2.0 + 1.0) - x, (S((n, m), f32),), -3, 3),
+        Program("W2 softmax", lambda x: nn.softmax(x, axis=-1), (S((n, m), f32),)),
+        Program("W3 layer norm", w3, (S((n, m), f32), S((m,), f32), S((m,), f32)), tol=t4),
+        Program("W4 MLP", w4, (S((n, 16), f32), S((16, 32), f32), S((32,), f32), S((32, 16), f32),
+                               S((16,), f32)), -1, 1, tol=t4),
+        Program("W5 attention", w5, (S((n, 8), f32),) * 3, -1, 1, tol=t4),
+        Program("erf gelu", lambda x: nn.gelu(x, approximate=False), (S((n, m), f32),), tol=t4),
+        Program("erf f64", lambda x: nn.erf(x), (S((n, m), f64),)),
+        Program("rms_norm", lambda x: x / rnp.sqrt(rnp.mean(x * x, axis=-1, keepdims=True) + 1e-6),
+                (S((n, m), f32),), tol=t4),
+        Program("logsumexp", lambda x: rnp.log(rnp.sum(rnp.exp(x - rnp.max(x, axis=1, keepdims=True)), axis=1)),
+                (S((n, m), f32),), tol=t4),
+    ]
+    return out
+
+
+CORPUS = _corpus()
+
+
+def _jit(p: Program, backend: str):
+    return rj.jit(p.fn, shapes=p.structs, backend=backend)
+
+
+def _kernels(p: Program) -> list:
+    """The CUDA kernels of a program (code generation needs neither CuPy nor a GPU)."""
+    exe = _jit(p, "cuda").lower(*p.structs).compile()._entry.executable
+    return exe.unique_kernels
+
+
+def _supported(p: Program) -> bool:
+    """Programs NumPy itself rejects for a dtype (no loop) are left to test_elementwise."""
+    try:
+        _jit(p, "numpy").lower(*p.structs)
+    except TypeError:
+        return False
+    return True
+
+
+SUPPORTED = [p for p in CORPUS if _supported(p)]
+
+
+def test_corpus_covers_every_primitive():
+    used = set()
+    for p in SUPPORTED:
+        used |= {b.callee.name for b in rj.make_ir(p.fn)(*p.structs).main.bindings if b.kind == "primitive"}
+    assert set(PRIMITIVES) - used == set(), f"primitives the CUDA corpus misses: {set(PRIMITIVES) - used}"
+
+
+def _all_kernels() -> list:
+    seen = {}
+    for p in SUPPORTED:
+        for k in _kernels(p):
+            seen.setdefault(k.phases[0].name, k)
+    return list(seen.values())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA compiler (nvcc) on this machine")
+def test_every_generated_kernel_compiles_for_sm90(tmp_path):
+    kernels = _all_kernels()
+    modes = {ph.mode for k in kernels for ph in k.phases}
+    assert {"grid", "rows", "threads", "single"} <= modes, modes
+    src = tmp_path / "corpus.cu"
+    src.write_text(module_source(kernels))
+    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-std=c++17",
+                        "-o", str(tmp_path / "corpus.cubin"), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    assert (tmp_path / "corpus.cubin").stat().st_size > 0
+
+
+def test_as_text_cuda_needs_no_gpu():
+    p = next(p for p in CORPUS if p.name == "W2 softmax")
+    text = _jit(p, "cuda").lower(*p.structs).as_text("cuda")
+    assert 'extern "C" __global__ void' in text and "rj_block_reduce" in text
+    assert "__shfl_down_sync" in text
+
+
+def test_cuda_backend_without_gpu_says_how_to_install():
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    f = rj.jit(lambda x: x + 1.0, backend="cuda")
+    with pytest.raises((ImportError, RuntimeError), match="relaxjax\\[cuda\\]|no (usable )?GPU"):
+        f(np.ones(3, np.float32))
+
+
+# ---------------------------------------------------------------------------------------
+# Numerics: the emulator always, the GPU when present
+# ---------------------------------------------------------------------------------------
+
+RUN_BACKENDS = ["cuda-emulated"] + (["cuda"] if gpu_available() else [])
+
+
+@pytest.fixture(scope="module")
+def preloaded():
+    """Compile the corpus's kernels as one emulator module (one C++ compile, not hundreds)."""
+    emulated_device().load(_all_kernels())
+
+
+def _inputs(p: Program, data, sizes):
+    D = {"n": data.draw(sizes, label="n"), "m": data.draw(sizes, label="m")}
+    out = []
+    for k, s in enumerate(p.structs):
+        shape = tuple(d if isinstance(d, int) else D[str(d)] for d in s.shape)
+        lo, hi = p.lo, p.hi
+        x = data.draw(arrays(s.dtype, shape, lo, hi), label=f"x{k}")
+        if p.nonzero:
+            x = np.where(x == 0, np.ones_like(x), x)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+@pytest.mark.parametrize("p", SUPPORTED, ids=lambda p: p.name)
+@given(data=st.data())
+@settings(max_examples=3, deadline=None)
+def test_corpus_matches_numpy(preloaded, backend, p, data):
+    xs = _inputs(p, data, SMALL_SIZES)
+    with np.errstate(all="ignore"):
+        want = _jit(p, "numpy")(*xs)
+    got = _jit(p, backend)(*xs)
+    if backend == "cuda":
+        import cupy
+        got = [cupy.asnumpy(g) for g in got] if isinstance(got, (list, tuple)) else cupy.asnumpy(got)
+    assert_same(got, want, **(p.tol or {}))
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+@pytest.mark.parametrize("name", ["W2 softmax", "sum[float32,axis=None]", "W1 elementwise chain"])
+def test_large_rows_and_grid_stride(preloaded, backend, name):
+    """Rows longer than a block and more rows and elements than the grid holds."""
+    p = next(p for p in CORPUS if p.name == name)
+    x = np.random.default_rng(0).standard_normal((67, 1031)).astype(np.float32)
+    want = _jit(p, "numpy")(x)
+    got = _jit(p, backend)(x)
+    if backend == "cuda":
+        import cupy
+        got = cupy.asnumpy(got)
+    assert_same(got, want, **(p.tol or tolerance(np.float32)))
