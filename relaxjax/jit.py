@@ -107,6 +107,9 @@ def _leaf_kind(x, name: str):
         return "array"
     if isinstance(x, _PY_SCALARS):
         return "scalar"
+    if _on_device(x):
+        dt.canonical(x.dtype)
+        return "array"
     if isinstance(x, ShapeDtypeStruct):
         return "struct"
     if isinstance(x, Tracer):
@@ -114,6 +117,11 @@ def _leaf_kind(x, name: str):
     raise TypeError(f"argument {name}: unsupported type {type(x).__name__}; jitted functions take "
                     f"arrays, Python scalars and pytrees of them (mark other arguments static "
                     f"with static_argnums/static_argnames)")
+
+
+def _on_device(x) -> bool:
+    """A GPU array (CuPy's, or any with the CUDA array interface)."""
+    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
 
 
 def _ident(s: str) -> str:
@@ -199,11 +207,13 @@ class Jitted:
     """The object ``jit`` returns.  See :func:`jit`."""
 
     def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
-                 backend: str = "llvm", pipeline: Sequence[Pass] | None = None):
+                 backend: str | None = None, pipeline: Sequence[Pass] | None = None):
         self.fun = fun
         functools.update_wrapper(self, fun)
-        self.backend = backend
-        get_backend(backend)       # fail early on an unknown backend
+        # no backend named: the CPU (llvm), or CUDA for calls whose arrays are on a GPU
+        self.backend = backend or "llvm"
+        self._auto_backend = backend is None
+        get_backend(self.backend)       # fail early on an unknown backend
         self.pipeline = list(pipeline) if pipeline is not None else None
         self.shapes = shapes
         try:
@@ -357,8 +367,10 @@ class Jitted:
         binder = make_binder([p.type.shape for p in fn.params], leaf_names, fn.bounds, fn.guards,
                              self.__name__)
 
+        backend_name = "cuda" if self._auto_backend and call.on_device else self.backend
+
         def build(pipeline):
-            backend = get_backend(self.backend)
+            backend = get_backend(backend_name)
             if pipeline is None:
                 pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
             lowered = run_pipeline(module, pipeline)
@@ -431,7 +443,7 @@ class _Leaf:
         if self.kind == "scalar":
             d = dt.WEAK_DEFAULT[type(self.value)]
             return TensorType((), d, True)
-        a = np.asarray(self.value)
+        a = self.value if _on_device(self.value) else np.asarray(self.value)
         dims = []
         for ax, n in enumerate(a.shape):
             if n in (0, 1):
@@ -516,6 +528,7 @@ class _Call:
                     self.any_auto = True
                 self.leaves.append(_Leaf(leaf, kind, disp, ident, sp))
         self.treedefs = treedefs
+        self.on_device = any(l.kind == "array" and _on_device(l.value) for l in self.leaves)
         if self.has_tracer:
             return
         self.shapes = tuple(np.shape(l.value) if l.kind != "struct" else None for l in self.leaves)
@@ -562,7 +575,7 @@ class _Call:
         if l.kind == "scalar":
             return ("scalar", type(l.value))
         a = l.value
-        return (a.dtype, tuple(n if n < 2 else -1 for n in np.shape(a)))
+        return (a.dtype, tuple(n if n < 2 else -1 for n in np.shape(a)), _on_device(a))
 
     def arrays(self) -> list:
         out = []
@@ -571,7 +584,7 @@ class _Call:
                 out.append(np.asarray(l.value, dt.WEAK_DEFAULT[type(l.value)]) if l.struct is None
                            else np.asarray(l.value, l.struct.dtype))
             else:
-                out.append(np.asarray(l.value))
+                out.append(l.value if _on_device(l.value) else np.asarray(l.value))
         return out
 
     def rebuild(self, param_tracers):
@@ -621,7 +634,7 @@ def _ordered(sig, args, kwargs):
 
 
 def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_argnames=(),
-        backend: str = "llvm", pipeline: Sequence[Pass] | None = None):
+        backend: str | None = None, pipeline: Sequence[Pass] | None = None):
     """Compile ``fun`` for dynamic shapes.
 
     Without ``shapes`` (automatic mode) the first call makes every dimension of size >= 2 a
@@ -629,6 +642,9 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
     recorded as a guard, and a call that fails a guard traces a new entry.  With ``shapes``
     (one :class:`ShapeDtypeStruct` pytree per positional argument) the declared symbolic
     signature is the contract: calls that break it raise :class:`ShapeError`.
+
+    ``backend``: "llvm" (the CPU), "cuda" (CuPy arrays out), "numpy" (the reference
+    interpreter); by default "llvm", or "cuda" for calls whose arrays are CuPy arrays.
     """
     if fun is None:
         return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,

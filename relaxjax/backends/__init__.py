@@ -19,7 +19,7 @@ def register_backend(name: str, compile_fn: Callable, available: Callable[[], bo
 
 def get_backend(name: str) -> Callable:
     if name not in _BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; backends: {', '.join(sorted(_BACKENDS))}")
+        raise ValueError(f"unknown backend {name!r}; available backends: {', '.join(sorted(_BACKENDS))}")
     return _BACKENDS[name]
 
 

@@ -54,8 +54,9 @@ def memtype(dtype) -> str:
 @dataclass
 class Phase:
     name: str            # the __global__ function
-    mode: str            # "grid" | "rows" | "threads" | "single"
+    mode: str            # "grid" | "rows" | "threads" | "single" | "partials" | "combine"
     items: object        # tir index expression over the dims: elements (grid) or rows
+    partial_bytes: int = 0   # two-stage reductions: bytes of partials per block of stage 1
 
 
 @dataclass
@@ -95,20 +96,21 @@ class _Emitter:
         phases, texts = [], []
         for k, group in enumerate(groups):
             pname = self.name if len(groups) == 1 else f"{self.name}_p{k}"
-            ph, text = self._phase(pname, group)
-            phases.append(ph)
-            texts.append(text)
+            for ph, text in self._phase(pname, group):
+                phases.append(ph)
+                texts.append(text)
         return CudaKernel(self.f, "\n\n".join(texts), phases)
 
-    def _signature(self, pname: str) -> str:
+    def _signature(self, pname: str, partials: bool = False) -> str:
         n_in = len(self.f.params) - self.f.n_outputs
         ps = [f"{'const ' if k < n_in else ''}{memtype(b.dtype)} *__restrict__ b{k}"
               for k, b in enumerate(self.f.params)]
         ps += [f"int64_t d_{d}" for d in self.f.dim_vars]
+        if partials:
+            ps += ["unsigned char *__restrict__ rj_ws", "int64_t rj_nparts"]
         return f'extern "C" __global__ void {pname}({", ".join(ps)})'
 
-    def _phase(self, pname: str, stmts: list) -> tuple:
-        self.lines, self.depth = [], 1
+    def _strides(self) -> None:
         for k, b in enumerate(self.f.params):           # row-major strides
             acc = None
             for ax in range(len(b.shape) - 1, -1, -1):
@@ -117,8 +119,15 @@ class _Emitter:
                     acc = f"s{k}_{ax} * {self.expr(from_sympy(b.shape[ax]))}"
                 else:
                     acc = self.expr(from_sympy(b.shape[ax]))
+
+    def _phase(self, pname: str, stmts: list) -> list:
         body = stmts[0] if len(stmts) == 1 else Seq(stmts)
         loops, inner = _leading_loops(body)
+        split = None if loops else _full_reduction(inner)
+        if split is not None:
+            return self._two_stage(pname, *split)
+        self.lines, self.depth = [], 1
+        self._strides()
         if loops and not _has_loop(inner):
             mode = "grid"
             items = self._flat_loop(loops, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
@@ -146,7 +155,63 @@ class _Emitter:
             self.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
             self.serial(inner)
         text = "\n".join([self._signature(pname) + " {"] + self.lines + ["}"])
-        return Phase(pname, mode, items), text
+        return [(Phase(pname, mode, items), text)]
+
+    def _two_stage(self, pname: str, prefix: list, red: For, rest: list) -> list:
+        """A full reduction in two launches: every block of the grid folds a share into one
+        partial per accumulator (``rj_ws``: 8-byte slots, ``rj_nparts`` per accumulator),
+        then one block combines the partials and runs what follows the loop."""
+        accs = _combined(red)
+        loops, body = [red], red.body
+        while isinstance(body, For) and body.kind == "reduction":
+            loops.append(body)
+            body = body.body
+        # stage 1: the grid folds its share
+        self.lines, self.depth = [], 1
+        self._strides()
+        for s in prefix:
+            self.simple(s)
+        for name, (opname, dtype) in accs.items():
+            self.line(f"v_{name} = {self._identity(opname, dtype)};")
+        items = self._flat_loop(loops, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
+                                "(int64_t)gridDim.x * blockDim.x")
+        self.serial(body)
+        self.close()
+        for j, (name, (opname, dtype)) in enumerate(accs.items()):
+            carrier, functor = self._carrier(opname, dtype)
+            self.line(f"v_{name} = ({ctype(dtype)})rj_block_reduce(({carrier})v_{name}, "
+                      f"({carrier}){self._identity(opname, dtype)}, {functor});")
+            self.line(f"if (threadIdx.x == 0) (({ctype(dtype)} *)(rj_ws + {j} * rj_nparts * 8))"
+                      f"[blockIdx.x] = v_{name};")
+        first = "\n".join([self._signature(f"{pname}_s1", True) + " {"] + self.lines + ["}"])
+        # stage 2: one block combines the partials and finishes
+        self.lines, self.depth = [], 1
+        self._strides()
+        self.line("if (blockIdx.x != 0) return;")
+        for s in prefix:
+            self.simple(s)
+        for j, (name, (opname, dtype)) in enumerate(accs.items()):
+            ct = ctype(dtype)
+            carrier, functor = self._carrier(opname, dtype)
+            ident = self._identity(opname, dtype)
+            self.line(f"{ct} v_{name}_part = {ident};")
+            self.line(f"for (int64_t rj_p = threadIdx.x; rj_p < rj_nparts; rj_p += blockDim.x) "
+                      f"v_{name}_part = {self._combine(opname, dtype, f'v_{name}_part', f'(({ct} *)(rj_ws + {j} * rj_nparts * 8))[rj_p]')};")
+            red_ = f"({ct})rj_block_reduce(({carrier})v_{name}_part, ({carrier}){ident}, {functor})"
+            self.line(f"v_{name} = {self._combine(opname, dtype, f'v_{name}', red_)};")
+        for s in rest:
+            self.shared(s)
+        second = "\n".join([self._signature(f"{pname}_s2", True) + " {"] + self.lines + ["}"])
+        return [(Phase(f"{pname}_s1", "partials", items, 8 * len(accs)), first),
+                (Phase(f"{pname}_s2", "combine", Const(1, INDEX), 8 * len(accs)), second)]
+
+    @staticmethod
+    def _carrier(opname: str, dtype) -> tuple:
+        """The type a block reduction shuffles (at least 32 bits) and its combining functor."""
+        dtype = np.dtype(dtype)
+        carrier = "float" if dtype == np.float16 else \
+            "int" if dtype.itemsize < 4 or dtype == BOOL else ctype(dtype)
+        return carrier, _COMBINE[opname][dtype.kind in "iu"] + "()"
 
     def _flat_loop(self, loops: list, first: str, step: str):
         """Open a grid-stride loop over the flattened iteration space of ``loops`` and bind
@@ -265,10 +330,7 @@ class _Emitter:
             self.line("__syncthreads();")
         for name, (opname, dtype) in accs.items():
             ct = ctype(dtype)
-            carrier = "int" if np.dtype(dtype).itemsize < 4 or np.dtype(dtype) == BOOL else ct
-            if np.dtype(dtype) == np.float16:
-                carrier = "float"
-            functor = _COMBINE[opname][np.dtype(dtype).kind in "iu"] + "()"
+            carrier, functor = self._carrier(opname, dtype)
             red = (f"rj_block_reduce(({carrier})v_{name}, ({carrier}){self._identity(opname, dtype)}, "
                    f"{functor})")
             self.line(f"v_{name} = {self._combine(opname, dtype, f'v_{name}_init', f'({ct}){red}')};")
@@ -547,6 +609,21 @@ def _combined(loop: For) -> dict | None:
 
 def _reads_expr(e, name: str) -> bool:
     return any(isinstance(x, Var) and x.name == name for x in _sub_exprs(e))
+
+
+def _full_reduction(s):
+    """``(prefix, loop, rest)`` when ``s`` is local set-up, one combining reduction nest and
+    loop-free or shareable statements after it: a reduction over everything, done in two
+    stages.  None otherwise."""
+    stmts = s.stmts if isinstance(s, Seq) else [s]
+    k = next((i for i, x in enumerate(stmts) if isinstance(x, For)), None)
+    if k is None or stmts[k].kind != "reduction" or not _shareable(s):
+        return None
+    prefix, loop, rest = stmts[:k], stmts[k], stmts[k + 1:]
+    if not all(isinstance(x, (Local, Assign)) for x in prefix) or not _combined(loop) or \
+            any(isinstance(x, For) and x.kind == "reduction" for r in rest for x in _walk(r)):
+        return None
+    return prefix, loop, rest
 
 
 def _shareable(s) -> bool:

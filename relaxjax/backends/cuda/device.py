@@ -76,7 +76,7 @@ class CupyDevice:
             return {ph.name: self._functions[ph.name] for k in kernels for ph in k.phases}
 
     def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
-        fn((grid,), (block,), tuple(buffers) + tuple(np.int64(d) for d in dims))
+        fn((grid,), (block,), tuple(buffers) + tuple(d if self.is_array(d) else np.int64(d) for d in dims))
 
     def matmul(self, a, b, out) -> None:
         self.cp.matmul(a, b, out=out)
@@ -146,7 +146,10 @@ class EmulatedDevice:
         return ctypes.CDLL(so)
 
     def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
-        slots = np.array([b.ctypes.data for b in buffers] + [int(d) for d in dims] or [0], np.uint64)
+        """``dims``: the kernel's integer parameters after its buffers (a trailing
+        ``(array, int)`` pair is a two-stage reduction's partials and their count)."""
+        ints = [d if isinstance(d, (int, np.integer)) else d.ctypes.data for d in dims]
+        slots = np.array([b.ctypes.data for b in buffers] + [int(d) for d in ints] or [0], np.uint64)
         if fn(grid, block, slots.ctypes.data) != 0:
             raise RuntimeError(f"the CUDA emulator could not start {block} threads per block")
 
@@ -161,6 +164,9 @@ def _launcher(k, ph) -> str:
     n_in = len(f.params) - f.n_outputs
     args = [f"({'const ' if i < n_in else ''}{memtype(b.dtype)} *)args[{i}]" for i, b in enumerate(f.params)]
     args += [f"(int64_t)args[{len(f.params) + i}]" for i in range(len(f.dim_vars))]
+    if ph.partial_bytes:
+        k0 = len(f.params) + len(f.dim_vars)
+        args += [f"(unsigned char *)args[{k0}]", f"(int64_t)args[{k0 + 1}]"]
     return f"""extern "C" int rj_launch_{ph.name}(unsigned grid, unsigned block, uint64_t *args) {{
   omp_set_dynamic(0);
   gridDim = rj_dim3{{grid, 1, 1}}; blockDim = rj_dim3{{block, 1, 1}};

@@ -120,7 +120,8 @@ class CudaExecutable:
         if b.kind == "tir":
             k = self.kernels[id(b.callee)]
             f = b.callee
-            phases = [(self.functions[ph.name], ph.mode, index_fn(ph.items)) for ph in k.phases]
+            phases = [(self.functions[ph.name], ph.mode, index_fn(ph.items), ph.partial_bytes)
+                      for ph in k.phases]
             tpb, cap = dev.threads_per_block, dev.max_blocks
 
             def run(D, env, blocks):
@@ -129,8 +130,17 @@ class CudaExecutable:
                 self._host_checks(b, D, env)
                 bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
                 dims = [D[d] for d in f.dim_vars]
-                for fn, mode, items in phases:
+                extra = []
+                for fn, mode, items, partial_bytes in phases:
                     n = items(D)
+                    if mode == "partials":          # stage 1 of a full reduction: runs even when empty
+                        grid = max(1, min(-(-n // tpb), cap))
+                        extra = [dev.empty((partial_bytes * grid,), np.uint8), grid]
+                        dev.launch(fn, grid, tpb, bufs, dims + extra)
+                        continue
+                    if mode == "combine":
+                        dev.launch(fn, 1, tpb, bufs, dims + extra)
+                        continue
                     if n <= 0:
                         continue
                     if mode == "grid" or mode == "threads":
