@@ -361,6 +361,7 @@ class Jitted:
                     raise TypeError(f"{self.__name__} returned a {type(o).__name__}; return arrays, "
                                     f"scalars, dims or pytrees of them")
         fn = _finalize(_ident(self.__name__), env, [p.atom for p in params], names, ctx.bindings, results)
+        _check_dims_bound(fn, self.__name__)
         module = IRModule({fn.name: fn}, fn.name)
         verify(module)
         trace_seconds = time.perf_counter() - t0
@@ -377,6 +378,23 @@ class Jitted:
             exe = backend(lowered)
             return _Entry(lowered, exe, binder, out_tree, kinds, trace_seconds)
         return module, build
+
+
+def _check_dims_bound(fn, fname: str) -> None:
+    """Every dim a value's shape uses must come from the arguments' shapes (or be bound at
+    run time by a data-dependent op): a shape built from a free ``rj.dim`` has no size."""
+    bound = set()
+    for p in fn.params:
+        bound |= p.type.free_symbols()
+    for b in fn.bindings:
+        for v in b.outvars:
+            new = v.type.free_symbols() - bound
+            if new and getattr(b.callee, "kind", "") != "data_dependent":
+                names = ", ".join(sorted(s.name for s in new))
+                raise ShapeError(f"{fname}: {b.callee.name} at {b.source or '?'} gives shape "
+                                 f"{v.type} with dim {names} that no argument's shape binds; build "
+                                 f"shapes from the arguments (x.shape[0]) or declare the dim in shapes=")
+            bound |= new
 
 
 def _unique(name: str, taken: list) -> str:

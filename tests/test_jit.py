@@ -288,3 +288,15 @@ def test_lowered_compile_gives_a_callable_for_all_shapes():
     with pytest.raises(rj.ShapeError, match="argument w axis 0: expected k"):
         c(f32(2, 4), f32(5, 3))
     assert re.search(r"call_tir\(fused_matmul_add_tanh, \w+\)", c.as_text()), c.as_text()
+
+
+def test_shape_from_a_dim_no_argument_binds_is_a_shape_error():
+    """A free rj.dim in a created shape has no size at run time: a ShapeError at trace time
+    naming the op and the dim, not a verifier failure."""
+    n, m = rj.dims("n m")
+    f = rj.jit(lambda x: rnp.broadcast_to(x, (n, m)) * 2.0, shapes=(rj.ShapeDtypeStruct((m,), "float32"),))
+    with pytest.raises(rj.ShapeError, match="broadcast_to .* dim n that no argument"):
+        f.lower(rj.ShapeDtypeStruct((m,), "float32"))
+    g = rj.jit(lambda x, y: rnp.broadcast_to(x, y.shape) * 2.0)       # bound through y: fine
+    x, y = np.arange(3, dtype=np.float32), np.zeros((4, 3), np.float32)
+    np.testing.assert_array_equal(g(x, y), np.broadcast_to(x, (4, 3)) * 2.0)
