@@ -87,6 +87,7 @@ class _Emitter:
         self.lines: list = []
         self.depth = 1
         self.n = 0
+        self.flat = None      # (loop variables, their extents, flat counter) of a grid loop
 
     # -- kernels -----------------------------------------------------------------------
     def emit(self) -> CudaKernel:
@@ -126,7 +127,7 @@ class _Emitter:
         split = None if loops else _full_reduction(inner)
         if split is not None:
             return self._two_stage(pname, *split)
-        self.lines, self.depth = [], 1
+        self.lines, self.depth, self.flat = [], 1, None
         self._strides()
         if loops and not _has_loop(inner):
             mode = "grid"
@@ -222,23 +223,35 @@ class _Emitter:
             total = total * c
         q = self.fresh("q")
         self.line(f"const int64_t {q}_n = {self.expr(total)};")
+        if len(loops) > 1:      # 64-bit division is slow on GPUs: divide in 32 bits when it fits
+            counts_c = [self.fresh("c") for _ in loops]
+            for cv, c in zip(counts_c, counts):
+                self.line(f"const int64_t {cv} = {self.expr(c)};")
+            self.line(f"const bool {q}_32 = {q}_n <= 0x7fffffffLL;")
         self.line(f"for (int64_t {q} = {first}; {q} < {q}_n; {q} += {step}) {{")
         self.depth += 1
-        self._unflatten(q, loops, counts)
+        if len(loops) == 1:
+            self.line(f"const int64_t v_{loops[0].var.name} = {self.expr(loops[0].start)} + {q};")
+        else:
+            self._unflatten(q, loops, counts_c)
+        if all(isinstance(l.start, Const) and l.start.value == 0 for l in loops):
+            # a buffer indexed by exactly these loop variables over exactly their extents is
+            # addressed by the flat counter itself (the division is then dead code)
+            self.flat = ([l.var.name for l in loops], [self.expr(l.extent) for l in loops], q)
         return total
 
     def _unflatten(self, q: str, loops: list, counts: list) -> None:
-        if len(loops) == 1:
-            self.line(f"const int64_t v_{loops[0].var.name} = {self.expr(loops[0].start)} + {q};")
-            return
         r = self.fresh("r")
         self.line(f"int64_t {r} = {q};")
         for k in range(len(loops) - 1, -1, -1):
-            l, c = loops[k], self.expr(counts[k])
+            l, c = loops[k], counts[k]
+            v = f"v_{l.var.name}"
             if k:
-                self.line(f"const int64_t v_{l.var.name} = {self.expr(l.start)} + {r} % {c}; {r} /= {c};")
+                self.line(f"const int64_t {v} = {self.expr(l.start)} + ({q}_32 ? (int64_t)((uint32_t){r} % "
+                          f"(uint32_t){c}) : {r} % {c});")
+                self.line(f"{r} = {q}_32 ? (int64_t)((uint32_t){r} / (uint32_t){c}) : {r} / {c};")
             else:
-                self.line(f"const int64_t v_{l.var.name} = {self.expr(l.start)} + {r};")
+                self.line(f"const int64_t {v} = {self.expr(l.start)} + {r};")
 
     # -- statements ----------------------------------------------------------------------
     def line(self, s: str) -> None:
@@ -356,6 +369,10 @@ class _Emitter:
     # -- expressions ---------------------------------------------------------------------
     def addr(self, b, index) -> str:
         k = self.buf[b.name][1:]
+        if self.flat and len(index) == len(self.flat[0]) and \
+                all(isinstance(i, Var) for i in index) and [i.name for i in index] == self.flat[0] and \
+                [self.expr(from_sympy(d)) for d in b.shape] == self.flat[1]:
+            return f"{self.buf[b.name]}[{self.flat[2]}]"
         terms = []
         for ax, i in enumerate(index):
             e = self.expr(i)
