@@ -6,11 +6,14 @@
 ... def f(x, w):
 ...     return rnp.tanh(x @ w + 1.0)
 """
-from .errors import InconclusiveDimensionError, ShapeError, TracerConversionError
+from .errors import InconclusiveDimensionError, KernelSyntaxError, ShapeError, TracerConversionError
 from .shapes import SymbolicDim, dim, dims
 from .jit import CacheInfo, Compiled, Jitted, Lowered, ShapeDtypeStruct, jit, make_ir, match_cast
 from .ir import IRModule, Function, TensorType
 from . import numpy, nn, lax, compile  # noqa: F401
+from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
+from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
+                   uint8, uint16, uint32, uint64)
 from .core import _install_operators as _install
 
 _install()
@@ -21,4 +24,6 @@ __version__ = "0.1.0"
 __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", "SymbolicDim",
            "dim", "dims", "CacheInfo", "Compiled", "Jitted", "Lowered", "ShapeDtypeStruct", "jit",
            "make_ir", "match_cast", "IRModule", "Function", "TensorType", "numpy", "nn", "lax",
-           "compile"]
+           "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
+           "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+           "uint32", "uint64"]

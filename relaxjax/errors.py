@@ -16,3 +16,8 @@ class InconclusiveDimensionError(ShapeError):
 
 class TracerConversionError(TypeError):
     """A traced array was used where a concrete value is needed (e.g. ``if x[0] > 0``)."""
+
+
+class KernelSyntaxError(SyntaxError):
+    """A kernel (``rj.kernel``) uses Python the kernel language does not cover; the message
+    names the kernel, the file and line, and the construct."""

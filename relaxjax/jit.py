@@ -433,6 +433,9 @@ def _finalize(name, env: ShapeEnv, params, param_names, bindings, results) -> Fu
                 v.type = v.type.substitute(subst)
             b.args = [lit(a) for a in b.args]
             b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
+            if b.kind == "tir":             # a kernel's program, specialised to the old dims
+                from .pykernel.call import respecialize
+                b.callee = respecialize(b.callee, subst)
         results = [lit(r) for r in results]
     syms = set()
     for p in params:

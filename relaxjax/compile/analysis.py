@@ -2,12 +2,14 @@
 cross-level feedback): ``classify_primfunc`` derives a program's op pattern from its loops,
 so FuseOps treats any ``call_tir`` -- generated or written by a user -- by the same rules as
 graph primitives, and ``inline_primfunc`` gives a perfect loop nest's element expression
-so FuseTIR can inline it like a primitive's compute rule."""
+so FuseTIR can inline it like a primitive's compute rule.  ``mark_loop_kinds`` decides which
+loops of a program are independent (used for user-written kernels, ``relaxjax.pykernel``)."""
 from __future__ import annotations
 
 from typing import Callable
 
-from .tir import Const, Expr, For, Load, Op, PrimFunc, Seq, Store, Var, expr_str, from_sympy
+from .tir import (Assign, Const, Expr, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, expr_str,
+                  from_sympy)
 
 
 def perfect_nest(f: PrimFunc):
@@ -93,10 +95,101 @@ def inline_primfunc(f: PrimFunc, idx: list, reads: list[Callable], dims: dict) -
         if isinstance(e, Var):
             if e.name in env:
                 return env[e.name]
-            return dims[e.name]
+            return dims.get(e.name, e)          # a dim the caller has under the same name
         if isinstance(e, Load):
             return reads[pos[id(e.buffer)]]([sub(i) for i in e.index])
         if isinstance(e, Op):
             return Op(e.name, tuple(sub(a) for a in e.args), e.dtype, e.flags)
         return e
     return sub(store.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Loop independence
+# ---------------------------------------------------------------------------------------
+
+def _accesses(s, out: dict, declared: set, assigned: set, written: set) -> None:
+    """Collect, under statement ``s``: buffer accesses (id -> [index]), locals declared and
+    assigned, buffers written."""
+    def expr(e):
+        if isinstance(e, Load):
+            out.setdefault(id(e.buffer), []).append(e.index)
+            for i in e.index:
+                expr(i)
+        elif isinstance(e, Op):
+            for a in e.args:
+                expr(a)
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _accesses(x, out, declared, assigned, written)
+    elif isinstance(s, For):
+        expr(s.start)
+        expr(s.extent)
+        _accesses(s.body, out, declared, assigned, written)
+    elif isinstance(s, If):
+        expr(s.cond)
+        _accesses(s.then, out, declared, assigned, written)
+        if s.else_ is not None:
+            _accesses(s.else_, out, declared, assigned, written)
+    elif isinstance(s, Store):
+        written.add(id(s.buffer))
+        out.setdefault(id(s.buffer), []).append(s.index)
+        for i in s.index:
+            expr(i)
+        expr(s.value)
+    elif isinstance(s, Local):
+        declared.add(s.var.name)
+        expr(s.init)
+    elif isinstance(s, Assign):
+        assigned.add(s.var.name)
+        expr(s.value)
+
+
+def loop_is_independent(loop: For) -> bool:
+    """Iterations of ``loop`` can run in any order (or at once): no local scalar declared
+    outside the loop is assigned inside it, and for every buffer the loop writes there is
+    an axis that every access to that buffer inside the loop indexes with the loop
+    variable itself -- so each iteration reads and writes its own slice."""
+    accesses, declared, assigned, written = {}, set(), set(), set()
+    _accesses(loop.body, accesses, declared, assigned, written)
+    if assigned - declared:
+        return False
+    v = loop.var.name
+    for b in written:
+        idxs = accesses[b]
+        rank = len(idxs[0])
+        if not any(all(isinstance(ix[k], Var) and ix[k].name == v for ix in idxs)
+                   for k in range(rank)):
+            return False
+    return True
+
+
+def _has_loop(s) -> bool:
+    if isinstance(s, For):
+        return True
+    if isinstance(s, Seq):
+        return any(_has_loop(x) for x in s.stmts)
+    if isinstance(s, If):
+        return _has_loop(s.then) or (s.else_ is not None and _has_loop(s.else_))
+    return False
+
+
+def mark_loop_kinds(body, nested: bool = False):
+    """Set the kind of every serial loop in ``body`` (in place; returns ``body``): an
+    independent loop (``loop_is_independent``) is "parallel" when no loop encloses it,
+    else "vectorized" when it is innermost; every other loop stays "serial"."""
+    if isinstance(body, Seq):
+        for x in body.stmts:
+            mark_loop_kinds(x, nested)
+    elif isinstance(body, If):
+        mark_loop_kinds(body.then, nested)
+        if body.else_ is not None:
+            mark_loop_kinds(body.else_, nested)
+    elif isinstance(body, For):
+        mark_loop_kinds(body.body, True)
+        if body.kind == "serial" and loop_is_independent(body):
+            if not nested:
+                body.kind = "parallel"
+            elif not _has_loop(body.body):
+                body.kind = "vectorized"
+    return body

@@ -1,0 +1,141 @@
+"""Static checks of a kernel's program for one binding of its dims: an access whose index is
+provably out of bounds whenever it runs (``x[i + 1, j]`` with ``i`` over
+``range(x.shape[0])``) is a ``ShapeError`` at trace time, naming the kernel, the source
+line, the buffer, the axis, the index's reach and the axis size.
+
+Each loop variable ranges over ``[start, extent - 1]``; an index affine in the loop
+variables (coefficients of known sign, in dims) is pushed to its extremes, innermost loop
+first, and compared with the axis size by the shape environment's proofs (dims within their
+bounds).  Accesses under an ``if`` (or the lazy side of ``and``/``or``/``x if c else y``)
+may be guarded and are not checked, nor are indices that depend on data.
+"""
+from __future__ import annotations
+
+import sympy
+
+from ..compile.tir import INDEX, Const, For, If, Load, Local, Assign, Op, Seq, Store, Var
+from ..errors import ShapeError
+from ..shapes import ShapeEnv, dim_str, normalize, symbol
+
+
+def _to_sympy(e, loops: dict, dims: set):
+    if isinstance(e, Const):
+        return sympy.Integer(int(e.value)) if e.dtype.kind in "iu" else None
+    if isinstance(e, Var):
+        if e.name in loops:
+            return loops[e.name]
+        return symbol(e.name) if e.name in dims else None
+    if isinstance(e, Op) and e.dtype == INDEX:
+        a = [_to_sympy(x, loops, dims) for x in e.args]
+        if any(x is None for x in a):
+            return None
+        if e.name == "add":
+            return a[0] + a[1]
+        if e.name == "sub":
+            return a[0] - a[1]
+        if e.name == "mul":
+            return a[0] * a[1]
+        if e.name == "neg":
+            return -a[0]
+        if e.name == "convert":
+            return a[0]
+    return None
+
+
+def _extreme(e, sym, lo, hi, env, loop_syms, want_max):
+    if sym not in e.free_symbols:
+        return e
+    e = sympy.expand(e)
+    if not e.is_polynomial(sym) or sympy.degree(e, sym) != 1:
+        return None
+    c = e.coeff(sym, 1)
+    if c.free_symbols & loop_syms:
+        return None
+    pos, neg = env.try_prove(">=", normalize(c), 0), env.try_prove("<=", normalize(c), 0)
+    if not pos and not neg:
+        return None
+    bound = hi if (pos and want_max) or (neg and not want_max) else lo
+    if bound is None:
+        return None
+    return sympy.expand(e.xreplace({sym: bound}))
+
+
+class _Checker:
+    def __init__(self, f, env: ShapeEnv, fail):
+        self.f, self.env, self.fail = f, env, fail
+        self.dims = set(f.dim_vars)
+        self.loops: dict = {}             # loop var name -> sympy symbol
+        self.ranges: list = []            # (symbol, lo, hi) outermost first
+
+    def stmt(self, s, guarded: bool) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x, guarded)
+        elif isinstance(s, For):
+            self.expr(s.start, guarded)
+            self.expr(s.extent, guarded)
+            sym = sympy.Symbol(f"_loop_{s.var.name}", integer=True)
+            lo = _to_sympy(s.start, self.loops, self.dims)
+            hi = _to_sympy(s.extent, self.loops, self.dims)
+            self.loops[s.var.name] = sym
+            self.ranges.append((sym, lo, None if hi is None else hi - 1))
+            self.stmt(s.body, guarded)
+            self.ranges.pop()
+            del self.loops[s.var.name]
+        elif isinstance(s, If):
+            self.expr(s.cond, guarded)
+            self.stmt(s.then, True)
+            if s.else_ is not None:
+                self.stmt(s.else_, True)
+        elif isinstance(s, Store):
+            self.access(s, s.buffer, s.index, guarded)
+            self.expr(s.value, guarded)
+        elif isinstance(s, (Local, Assign)):
+            self.expr(s.init if isinstance(s, Local) else s.value, guarded)
+
+    def expr(self, e, guarded: bool) -> None:
+        if isinstance(e, Load):
+            self.access(e, e.buffer, e.index, guarded)
+        elif isinstance(e, Op):
+            lazy = e.name == "if_then_else"
+            for k, a in enumerate(e.args):
+                self.expr(a, guarded or (lazy and k > 0))
+
+    def access(self, node, buf, index, guarded: bool) -> None:
+        for i in index:
+            self.expr(i, guarded)
+        if guarded:
+            return
+        loop_syms = {s for s, _, _ in self.ranges}
+        for ax, (i, size) in enumerate(zip(index, buf.shape)):
+            e = _to_sympy(i, self.loops, self.dims)
+            if e is None:
+                continue
+            hi_e, lo_e = e, e
+            for sym, lo, hi in reversed(self.ranges):
+                hi_e = None if hi_e is None else _extreme(hi_e, sym, lo, hi, self.env, loop_syms, True)
+                lo_e = None if lo_e is None else _extreme(lo_e, sym, lo, hi, self.env, loop_syms, False)
+            for v, bad in ((hi_e, lambda v: self.env.try_prove(">=", v, size)),
+                           (lo_e, lambda v: self.env.try_prove("<", v, 0))):
+                if v is None or v.free_symbols & loop_syms:
+                    continue
+                v = normalize(v)
+                if bad(v) is True:
+                    self.fail(node, f"index {_text(i)} into axis {ax} of {buf.name} (size "
+                                    f"{dim_str(size)}) reaches {dim_str(v)}: out of bounds")
+
+
+def _text(e) -> str:
+    from ..compile.tir import expr_str
+    return expr_str(e)
+
+
+def check_bounds(f, env: ShapeEnv, fail) -> None:
+    """Raise (through ``fail(tir node, message)``) on an access provably out of bounds."""
+    _Checker(f, env, fail).stmt(f.body, False)
+
+
+def raise_shape_error(src, node_of: dict):
+    def fail(node, msg):
+        raise ShapeError(f"{src.where(node_of.get(id(node)))}: {msg}")
+    return fail
