@@ -139,7 +139,37 @@ def _corpus() -> list:
         Program("logsumexp", lambda x: rnp.log(rnp.sum(rnp.exp(x - rnp.max(x, axis=1, keepdims=True)), axis=1)),
                 (S((n, m), f32),), tol=t4),
     ]
+    out += _user_kernels()
     return out
+
+
+@rj.kernel
+def _row_scale(x: rj.Buffer[("n", "m"), "float32"], s: rj.Buffer[("n",), "float32"],
+               out: rj.Buffer[("n", "m"), "float32"]):
+    for i, j in rj.grid(x.shape[0], x.shape[1]):
+        out[i, j] = x[i, j] * s[i]
+
+
+@rj.kernel
+def _row_sum(x: rj.Buffer[("n", "m"), "float32"], out: rj.Buffer[("n",), "float32"]):
+    for i in range(x.shape[0]):
+        acc = 0.0
+        for j in range(x.shape[1]):
+            if x[i, j] > 0.0:
+                acc += x[i, j]
+        out[i] = acc
+
+
+def _user_kernels() -> list:
+    """Kernels users write (rj.kernel) run on the CUDA backend like generated ones."""
+    f32 = "float32"
+    return [
+        Program("user kernel row_scale + exp",
+                lambda x, s: rnp.exp(rj.call_tir(_row_scale, x, s, out=S(x.shape, x.dtype))) + 1.0,
+                (S((n, m), f32), S((n,), f32)), -2, 2),
+        Program("user kernel row_sum", lambda x: rj.call_tir(_row_sum, x, out=S((x.shape[0],), x.dtype)),
+                (S((n, m), f32),), tol=dict(rtol=1e-5, atol=1e-4)),
+    ]
 
 
 CORPUS = _corpus()
