@@ -6,6 +6,7 @@
 ... def f(x, w):
 ...     return rnp.tanh(x @ w + 1.0)
 """
+from ._version import __version__
 from .errors import InconclusiveDimensionError, KernelSyntaxError, ShapeError, TracerConversionError
 from .shapes import SymbolicDim, dim, dims
 from .jit import CacheInfo, Compiled, Jitted, Lowered, ShapeDtypeStruct, jit, make_ir, match_cast
@@ -14,16 +15,25 @@ from . import numpy, nn, lax, compile  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
                    uint8, uint16, uint32, uint64)
+from .cache import clear as _clear_persistent
 from .core import _install_operators as _install
 
 _install()
 del _install
 
-__version__ = "0.1.0"
+
+
+
+def clear_cache() -> int:
+    """Delete every entry of the persistent cache of compiled code (``RELAXJAX_CACHE_DIR``,
+    default ``~/.cache/relaxjax``); returns how many.  Functions already compiled in this
+    process keep working; ``Jitted.clear_cache()`` empties one function's in-memory cache."""
+    return _clear_persistent()
+
 
 __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", "SymbolicDim",
            "dim", "dims", "CacheInfo", "Compiled", "Jitted", "Lowered", "ShapeDtypeStruct", "jit",
            "make_ir", "match_cast", "IRModule", "Function", "TensorType", "numpy", "nn", "lax",
            "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-           "uint32", "uint64"]
+           "uint32", "uint64", "clear_cache"]

@@ -23,6 +23,10 @@ from .shapes import ShapeEnv, SymbolicDim, current_env, use_env, wrap_dim, _valu
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _primitive(name: str) -> "Primitive":
+    return PRIMITIVES[name]
+
+
 class Primitive:
     """A graph-level operation, with everything that defines it in one place.
 
@@ -44,6 +48,10 @@ class Primitive:
         self.multiple_results = multiple_results
         self.weak_rule = weak_rule or (lambda *types, **p: False)
         PRIMITIVES[name] = self
+
+    def __reduce__(self):
+        # pickled by name (its rules are code): the persistent cache stores lowered modules
+        return _primitive, (self.name,)
 
     def abstract_eval(self, env: ShapeEnv, types: Sequence[TensorType], params: dict) -> list[TensorType]:
         shapes = self.shape_rule(env, *types, **params)

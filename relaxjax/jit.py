@@ -3,13 +3,20 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
+import logging
+import os
+import pickle
+import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import optree
 
+from . import cache
 from . import dtypes as dt
 from .backends import get_backend
 from .compile.passes import Pass, default_pipeline, run_pipeline
@@ -20,6 +27,8 @@ from .ir import Function, IRModule, Literal, TensorType, Var
 from .shapes import (INF, ShapeEnv, SymbolicDim, as_dim, dim_str, free_symbols, is_symbolic,
                      normalize, symbol)
 from .signature import Binder, make_binder
+
+log = logging.getLogger("relaxjax.cache")
 
 
 class ShapeDtypeStruct:
@@ -374,7 +383,9 @@ class Jitted:
             backend = get_backend(backend_name)
             if pipeline is None:
                 pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
-            lowered = run_pipeline(module, pipeline)
+                lowered = _lower_cached(module, pipeline)
+            else:
+                lowered = run_pipeline(module, pipeline)
             exe = backend(lowered)
             return _Entry(lowered, exe, binder, out_tree, kinds, trace_seconds)
         return module, build
@@ -395,6 +406,62 @@ def _check_dims_bound(fn, fname: str) -> None:
                                  f"{v.type} with dim {names} that no argument's shape binds; build "
                                  f"shapes from the arguments (x.shape[0]) or declare the dim in shapes=")
             bound |= new
+
+
+_LOWERED_MAX_BYTES = 16 << 20
+# modules whose functions and classes the key may name (pickle stores them by name): their
+# code is covered by the source digest or the versions in the key
+_KEY_MODULES = ("relaxjax", "numpy", "sympy", "builtins", "math", "operator", "collections", "fractions")
+
+
+class _KeyPickler(pickle.Pickler):
+    """Pickles the traced module for the key, refusing functions and classes from elsewhere
+    (a user's callable stored by name could change without the key changing)."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            mod = getattr(obj, "__module__", None) or ""
+            if mod.split(".")[0] not in _KEY_MODULES:
+                raise pickle.PicklingError(f"{obj!r} from {mod or 'an unknown module'} in a traced module")
+        return NotImplemented
+
+
+def _lower_cached(module: IRModule, pipeline: list) -> IRModule:
+    """``run_pipeline(module, pipeline)`` for the default pipeline, through the persistent
+    cache: the lowered module is stored pickled, keyed by the pickled traced module (all the
+    pipeline reads), the passes' names, relaxjax's source digest and the versions of Python,
+    NumPy and SymPy.  Skipped (the pipeline runs) when the cache is off, when IR dumps or
+    verification are asked for, or when the module does not pickle or pickles to more than
+    ``_LOWERED_MAX_BYTES`` (large constants); an entry that does not unpickle is ignored and
+    rewritten."""
+    if not cache.enabled() or os.environ.get("RELAXJAX_DUMP_IR", "0") not in ("", "0") or \
+            os.environ.get("RELAXJAX_VERIFY", "0") not in ("", "0"):
+        return run_pipeline(module, pipeline)
+    try:
+        buf = io.BytesIO()
+        _KeyPickler(buf, protocol=5).dump(module)
+        traced = buf.getvalue()
+    except Exception:                        # noqa: BLE001 (a value that does not pickle)
+        return run_pipeline(module, pipeline)
+    if len(traced) > _LOWERED_MAX_BYTES:     # large constants: not worth a disk entry
+        return run_pipeline(module, pipeline)
+    import sympy
+    parts = (traced, tuple(p.name for p in pipeline), cache.source_digest(),
+             "%d.%d" % sys.version_info[:2], np.__version__, sympy.__version__)
+    data = cache.get("lowered", parts)
+    if data is not None:
+        try:
+            lowered = pickle.loads(data)
+            if isinstance(lowered, IRModule):
+                return lowered
+        except Exception as e:               # noqa: BLE001 (stale or damaged: recompute)
+            log.info("relaxjax cache: ignoring a lowered module that does not load (%s)", e)
+    lowered = run_pipeline(module, pipeline)
+    try:
+        cache.put("lowered", parts, pickle.dumps(lowered, protocol=5))
+    except Exception as e:                   # noqa: BLE001
+        log.info("relaxjax cache: not storing a lowered module that does not pickle (%s)", e)
+    return lowered
 
 
 def _unique(name: str, taken: list) -> str:
@@ -443,7 +510,9 @@ def _finalize(name, env: ShapeEnv, params, param_names, bindings, results) -> Fu
     for b in bindings:
         for v in b.outvars:
             syms |= v.type.free_symbols()
-    bounds = {s: env.bounds.get(s, (1, INF)) for s in syms}
+    # sorted by name: the same function traces to the same module (and cache key) in any
+    # process, whatever the hash seed
+    bounds = {s: env.bounds.get(s, (1, INF)) for s in sorted(syms, key=lambda s: s.name)}
     return Function(name, list(params), list(param_names), list(bindings), results, bounds,
                     env.final_guards())
 

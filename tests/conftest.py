@@ -1,4 +1,14 @@
+import atexit
 import os
+import shutil
+import tempfile
+
+# The persistent cache of compiled code goes to a fresh directory for this test session,
+# never to the user's ~/.cache/relaxjax (set before relaxjax is imported; subprocesses that
+# tests start inherit it).
+_CACHE_DIR = tempfile.mkdtemp(prefix="relaxjax-test-cache-")
+os.environ["RELAXJAX_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 from hypothesis import HealthCheck, settings
 

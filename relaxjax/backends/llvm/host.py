@@ -110,9 +110,12 @@ class SegmentEmitter(KernelEmitter):
         out = b.outvars[0]
         ty = llty(out.type.dtype)
         path, (prefix, suffix) = target.openblas()
-        sym = f"{prefix}{'s' if ty == 'float' else 'd'}gemm{suffix}"
-        self.helpers_used.add(f"declare void @{sym}(i32, i32, i32, i64, i64, i64, {ty}, ptr, i64, "
-                              f"ptr, i64, {ty}, ptr, i64)")
+        name = f"{'s' if ty == 'float' else 'd'}gemm"
+        # called through the runtime's function pointer @rj_blas_<name>, set at load time, so
+        # the code holds no process address (see runtime.py); the comment names the function
+        # (and so its integer width) in the module text, which keys the persistent cache
+        sym = f"@rj_blas_{name}"
+        self.helpers_used.add(f"{sym} = external global ptr  ; -> {prefix}{name}{suffix}")
         ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
         nb = len(osh) - 2
@@ -178,7 +181,8 @@ class SegmentEmitter(KernelEmitter):
         yes, no = fn.label("gcall"), fn.label("gskip")
         fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
         fn.start_block(yes)
-        fn.emit(f"call void @{sym}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} 1.0, "
+        f = fn.val("ptr", f"load ptr, ptr {sym}")
+        fn.emit(f"call void {f}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} 1.0, "
                 f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 {ldb})")
         fn.emit(f"br label %{no}")
         fn.start_block(no)

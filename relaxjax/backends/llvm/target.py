@@ -7,6 +7,9 @@ import ctypes.util
 import functools
 import glob
 import os
+import shutil
+import subprocess
+import tempfile
 
 import llvmlite.binding as llvm
 
@@ -46,14 +49,93 @@ def target_machine(reloc: str = "default"):
                                         opt=3, reloc=reloc, codemodel="jitdefault")
 
 
+@functools.lru_cache(maxsize=None)
+def pic_target_machine():
+    """The host target machine for position-independent code (shared libraries).  Never
+    given to an MCJIT engine, so it can be reused for every module."""
+    init()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=host_cpu(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, reloc="pic", codemodel="default")
+
+
+@functools.lru_cache(maxsize=None)
+def target_id() -> tuple:
+    """What decides the machine code besides the module text: triple, CPU, features, and the
+    versions of llvmlite and LLVM (part of every persistent-cache key)."""
+    init()
+    import llvmlite
+    return (llvm.get_default_triple(), host_cpu(), llvm.get_host_cpu_features().flatten(),
+            llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)))
+
+
+@functools.lru_cache(maxsize=None)
+def linker() -> tuple | None:
+    """The command that links an object file into a shared library: ``ld -shared`` (a few
+    ms), else the C compiler driver (about 25 ms); None when neither is installed.  No
+    libraries are linked in: undefined symbols (libm, libmvec, libgomp, the runtime globals,
+    other kernels) resolve at load time from the process's global scope, which the backend
+    fills first (``libmvec``, ``libgomp``, ``libm`` and the runtime library are loaded
+    ``RTLD_GLOBAL``)."""
+    ld = shutil.which("ld")
+    if ld:
+        return (ld, "-shared", "-z", "noexecstack")
+    for cc in ("cc", "gcc", "clang"):
+        path = shutil.which(cc)
+        if path:
+            return (path, "-shared", "-nostdlib", "-Wl,-z,noexecstack")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _scratch_dir() -> str:
+    """A private directory for the linker's files, removed when the process exits."""
+    import atexit
+    d = tempfile.mkdtemp(prefix="relaxjax-link-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def link_shared(obj: bytes) -> bytes:
+    """An object file linked into a shared library, as bytes."""
+    cmd = linker()
+    if cmd is None:
+        raise RuntimeError("no linker (ld or cc) found")
+    fd, o = tempfile.mkstemp(suffix=".o", dir=_scratch_dir())
+    so = o[:-2] + ".so"
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(obj)
+        r = subprocess.run([*cmd, "-o", so, o], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"linking a shared library failed ({' '.join(cmd)}): {r.stderr.strip()}")
+        with open(so, "rb") as f:
+            return f.read()
+    finally:
+        for p in (o, so):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
 def _load(names: list) -> str | None:
+    """Load the first library found, ``RTLD_GLOBAL``.  A name is tried as given first (the
+    dynamic loader finds a soname such as ``libmvec.so.1`` itself); ``find_library``, which
+    runs the compiler and takes 10-20 ms, only when that fails."""
     for n in names:
-        path = n if os.path.isabs(n) else (ctypes.util.find_library(n) or n)
-        try:
-            llvm.load_library_permanently(path)
-            return path
-        except RuntimeError:
-            continue
+        for path in (n, None):
+            if path is None:
+                if os.path.isabs(n):
+                    break
+                path = ctypes.util.find_library(n)
+                if path is None:
+                    break
+            try:
+                llvm.load_library_permanently(path)
+                return path
+            except RuntimeError:
+                continue
     return None
 
 
@@ -62,6 +144,14 @@ def libmvec() -> bool:
     """glibc's vector math library; without it math stays scalar (correct, slower)."""
     init()
     return _load(["libmvec.so.1", "mvec"]) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def libm() -> bool:
+    """libm in the global symbol scope (Python links it; loaded again to be sure), so shared
+    libraries of generated code resolve ``expf`` and friends from it."""
+    init()
+    return _load(["libm.so.6", "m"]) is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,3 +181,15 @@ def openblas() -> tuple[str, str] | None:
                         llvm.load_library_permanently(path)
                         return path, (prefix, suffix)
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def blas_function(name: str) -> int | None:
+    """The address of NumPy's OpenBLAS ``cblas_<name>`` (``name`` is "sgemm" or "dgemm"),
+    which generated code calls through a global function pointer (never a baked address)."""
+    found = openblas()
+    if found is None:
+        return None
+    path, (prefix, suffix) = found
+    fn = getattr(ctypes.CDLL(path), f"{prefix}{name}{suffix}", None)
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
