@@ -33,7 +33,7 @@ from ..llvm.mathlib import MATH
 _CTYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
           "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
           "float16": "float", "float32": "float", "float64": "double"}
-_MEMTYPE = dict(_CTYPE, bool="uint8_t", float16="__half")
+_MEMTYPE = dict(_CTYPE, bool="uint8_t", float16="uint16_t")
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # reduction combiners: tir op name -> (functor for floats/bool, functor for integers)
 _COMBINE = {"add": ("rj_add_op", "rj_iadd_op"), "mul": ("rj_mul_op", "rj_imul_op"),
@@ -385,7 +385,7 @@ class _Emitter:
         if dtype == BOOL:
             return f"(uint8_t)({v})"
         if dtype == np.float16:
-            return f"__float2half({v})"
+            return f"rj_f2h({v})"
         return v
 
     def expr(self, e) -> str:
@@ -398,7 +398,7 @@ class _Emitter:
             if e.dtype == BOOL:
                 return f"({v} != 0)"
             if e.dtype == np.float16:
-                return f"__half2float({v})"
+                return f"rj_h2f({v})"
             return v
         assert isinstance(e, Op), e
         if e.name in ("if_then_else", "select"):

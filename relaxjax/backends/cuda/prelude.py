@@ -12,7 +12,6 @@ PRELUDE = r"""
 #ifdef RJ_EMULATE
 #include "rj_emulate.h"
 #else
-#include <cuda_fp16.h>
 #ifdef __CUDACC_RTC__
 typedef signed char int8_t;  typedef short int16_t;  typedef int int32_t;  typedef long long int64_t;
 typedef unsigned char uint8_t;  typedef unsigned short uint16_t;  typedef unsigned int uint32_t;
@@ -26,6 +25,9 @@ typedef unsigned long long uint64_t;
 #define RJ_NAN_F __int_as_float(0x7fc00000)
 #define RJ_INF_D __longlong_as_double(0x7ff0000000000000LL)
 #define RJ_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+// float16 in memory is its bits; conversions by PTX (no cuda_fp16.h: NVRTC has no include path)
+RJ_DEV float rj_h2f(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+RJ_DEV uint16_t rj_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 RJ_DEV bool rj_isnan(float x) { return isnan(x); }
 RJ_DEV bool rj_isnan(double x) { return isnan(x); }
 RJ_DEV bool rj_isinf(float x) { return isinf(x); }
@@ -33,7 +35,7 @@ RJ_DEV bool rj_isinf(double x) { return isinf(x); }
 #endif
 
 // float16 values live in float registers; each operation rounds like NumPy's float16 ops
-RJ_DEV float rj_h(float x) { return __half2float(__float2half(x)); }
+RJ_DEV float rj_h(float x) { return rj_h2f(rj_f2h(x)); }
 
 template <class T> struct rj_unsigned;
 template <> struct rj_unsigned<int8_t> { typedef uint8_t t; };
@@ -200,9 +202,8 @@ static inline double __longlong_as_double(long long i) { double f; std::memcpy(&
 #define RJ_NAN_F __int_as_float(0x7fc00000)
 #define RJ_INF_D __longlong_as_double(0x7ff0000000000000LL)
 #define RJ_NAN_D __longlong_as_double(0x7ff8000000000000LL)
-typedef _Float16 __half;
-static inline float __half2float(__half h) { return (float)h; }
-static inline __half __float2half(float f) { return (__half)f; }
+static inline float rj_h2f(uint16_t h) { _Float16 x; std::memcpy(&x, &h, 2); return (float)x; }
+static inline uint16_t rj_f2h(float f) { _Float16 x = (_Float16)f; uint16_t h; std::memcpy(&h, &x, 2); return h; }
 template <class T> static inline bool rj_isnan(T x) { return std::isnan(x); }
 template <class T> static inline bool rj_isinf(T x) { return std::isinf(x); }
 // shuffles: every thread of the team calls them together (as the generated code does)
