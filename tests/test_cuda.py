@@ -225,6 +225,45 @@ def test_every_generated_kernel_compiles_for_sm90(tmp_path):
     assert (tmp_path / "corpus.cubin").stat().st_size > 0
 
 
+def _libnvrtc():
+    """NVRTC, the compiler CuPy runs: from the nvidia-cuda-nvrtc wheel (the test extra) or
+    ``RELAXJAX_NVRTC``; None when absent."""
+    import ctypes
+    import glob
+    cands = [os.environ.get("RELAXJAX_NVRTC", "")]
+    try:
+        import nvidia
+        for root in nvidia.__path__:
+            cands += sorted(glob.glob(os.path.join(root, "cu*", "lib", "libnvrtc.so*")))
+            cands += sorted(glob.glob(os.path.join(root, "cuda_nvrtc", "lib", "libnvrtc.so*")))
+    except ImportError:
+        pass
+    for c in cands:
+        if c and os.path.exists(c) and "builtins" not in c:
+            return ctypes.CDLL(c)
+    return None
+
+
+def test_every_generated_kernel_compiles_with_nvrtc():
+    """What CuPy does at run time: NVRTC with no include path, for sm_90."""
+    import ctypes
+    lib = _libnvrtc()
+    if lib is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
+    src = module_source(_all_kernels()).encode()
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"corpus.cu", 0, None, None) == 0
+    opts = [b"--gpu-architecture=sm_90", b"-std=c++17"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    errors = [line for line in log.value.decode().splitlines() if "error" in line]
+    assert rc == 0, "\n".join(errors[:40])
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
 def test_as_text_cuda_needs_no_gpu():
     p = next(p for p in CORPUS if p.name == "W2 softmax")
     text = _jit(p, "cuda").lower(*p.structs).as_text("cuda")
