@@ -358,3 +358,26 @@ def test_gpu_arrays_pick_the_cuda_backend():
         with pytest.raises((ImportError, RuntimeError), match="relaxjax\\[cuda\\]|no (usable )?GPU"):
             f(_DeviceArray(x))
     assert f.cache_info().entries == 2             # one entry per device
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+@pytest.mark.parametrize("offset", [0, 1])
+@given(n_=SMALL_SIZES, m_=SMALL_SIZES)
+@settings(max_examples=4, deadline=None)
+def test_vector_and_scalar_paths_of_elementwise_kernels(backend, offset, n_, m_):
+    """16-byte vector loads need a count divisible by the lanes and aligned pointers: an
+    array one float into an aligned block takes the scalar loop, as do odd counts."""
+    f = rj.jit(lambda x, b: rnp.tanh(x) * 2.0 + b, shapes=(S((n, m), "float32"), S((m,), "float32")),
+               backend=backend)
+    src = f.lower(S((n, m), "float32"), S((m,), "float32")).as_text("cuda")
+    assert "float4" in src and "& 15) == 0" in src
+    rng = np.random.default_rng(n_ * 1000 + m_)
+    block = rng.standard_normal(n_ * m_ + 1).astype(np.float32)
+    x = block[offset:offset + n_ * m_].reshape(n_, m_)
+    b = rng.standard_normal(m_).astype(np.float32)
+    want = np.tanh(x) * 2.0 + b
+    if backend == "cuda":
+        import cupy
+        x, b = cupy.asarray(x), cupy.asarray(b)
+    got = f(x, b)
+    assert_same(got.get() if hasattr(got, "get") else got, want)

@@ -34,6 +34,9 @@ _CTYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_
           "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
           "float16": "float", "float32": "float", "float64": "double"}
 _MEMTYPE = dict(_CTYPE, bool="uint8_t", float16="uint16_t")
+# 16-byte vector types for moving 4- and 8-byte elements
+_VECTOR = {"float32": "float4", "int32": "int4", "uint32": "uint4", "float64": "double2",
+           "int64": "longlong2", "uint64": "ulonglong2"}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # reduction combiners: tir op name -> (functor for floats/bool, functor for integers)
 _COMBINE = {"add": ("rj_add_op", "rj_iadd_op"), "mul": ("rj_mul_op", "rj_imul_op"),
@@ -88,6 +91,7 @@ class _Emitter:
         self.depth = 1
         self.n = 0
         self.flat = None      # (loop variables, their extents, flat counter) of a grid loop
+        self.lanes = None     # buffer name -> vector lane, inside a vectorized grid loop
 
     # -- kernels -----------------------------------------------------------------------
     def emit(self) -> CudaKernel:
@@ -131,10 +135,7 @@ class _Emitter:
         self._strides()
         if loops and not _has_loop(inner):
             mode = "grid"
-            items = self._flat_loop(loops, "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
-                                    "(int64_t)gridDim.x * blockDim.x")
-            self.serial(inner)
-            self.close()
+            items = self._grid(loops, inner)
         elif _shareable(inner) and (not loops or _contiguous_split(inner)):
             mode = "rows"
             if loops:
@@ -217,41 +218,131 @@ class _Emitter:
     def _flat_loop(self, loops: list, first: str, step: str):
         """Open a grid-stride loop over the flattened iteration space of ``loops`` and bind
         each loop variable; returns the number of iterations (an index expression)."""
+        q, counts, total = self._flat_counts(loops)
+        self.line(f"for (int64_t {q} = {first}; {q} < {q}_n; {q} += {step}) {{")
+        self.depth += 1
+        self._bind_loop_vars(q, q, loops, counts)
+        return total
+
+    def _flat_counts(self, loops: list) -> tuple:
+        """Declare the iteration count ``<q>_n`` (and each loop's count); returns the
+        counter's name, the counts' names and the total as an expression."""
         counts = [_count(l) for l in loops]
         total = counts[0]
         for c in counts[1:]:
             total = total * c
         q = self.fresh("q")
         self.line(f"const int64_t {q}_n = {self.expr(total)};")
+        names = []
         if len(loops) > 1:      # 64-bit division is slow on GPUs: divide in 32 bits when it fits
-            counts_c = [self.fresh("c") for _ in loops]
-            for cv, c in zip(counts_c, counts):
+            names = [self.fresh("c") for _ in loops]
+            for cv, c in zip(names, counts):
                 self.line(f"const int64_t {cv} = {self.expr(c)};")
             self.line(f"const bool {q}_32 = {q}_n <= 0x7fffffffLL;")
-        self.line(f"for (int64_t {q} = {first}; {q} < {q}_n; {q} += {step}) {{")
-        self.depth += 1
+        return q, names, total
+
+    def _bind_loop_vars(self, q: str, flat: str, loops: list, counts: list) -> None:
+        """The loop variables from flat position ``flat`` (``q`` names the counts)."""
         if len(loops) == 1:
-            self.line(f"const int64_t v_{loops[0].var.name} = {self.expr(loops[0].start)} + {q};")
+            self.line(f"const int64_t v_{loops[0].var.name} = {self.expr(loops[0].start)} + {flat};")
         else:
-            self._unflatten(q, loops, counts_c)
+            r = self.fresh("r")
+            self.line(f"int64_t {r} = {flat};")
+            for k in range(len(loops) - 1, -1, -1):
+                l, c = loops[k], counts[k]
+                v = f"v_{l.var.name}"
+                if k:
+                    self.line(f"const int64_t {v} = {self.expr(l.start)} + ({q}_32 ? (int64_t)((uint32_t){r} % "
+                              f"(uint32_t){c}) : {r} % {c});")
+                    self.line(f"{r} = {q}_32 ? (int64_t)((uint32_t){r} / (uint32_t){c}) : {r} / {c};")
+                else:
+                    self.line(f"const int64_t {v} = {self.expr(l.start)} + {r};")
         if all(isinstance(l.start, Const) and l.start.value == 0 for l in loops):
             # a buffer indexed by exactly these loop variables over exactly their extents is
-            # addressed by the flat counter itself (the division is then dead code)
-            self.flat = ([l.var.name for l in loops], [self.expr(l.extent) for l in loops], q)
+            # addressed by the flat position itself (the division is then dead code)
+            self.flat = ([l.var.name for l in loops], [self.expr(l.extent) for l in loops], flat)
+
+    def _grid(self, loops: list, inner) -> object:
+        """An elementwise nest over the grid.  When every buffer addressed by the flat
+        position is 4 or 8 bytes wide, read only or written once, a branch taken when the
+        count divides and the pointers are 16-byte aligned moves them as 16-byte vectors
+        (``float4``, ``double2``, ...), each thread computing the vector's lanes."""
+        q, counts, total = self._flat_counts(loops)
+        vec = self._vector_plan(loops, inner)
+        gtid, gstride = "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", "(int64_t)gridDim.x * blockDim.x"
+        if vec is not None:
+            lanes, roles = vec
+            ptrs = " | ".join(f"(uint64_t){self.buf[n]}" for n in roles)
+            self.line(f"if ({q}_n % {lanes} == 0 && (({ptrs}) & 15) == 0) {{")
+            self.depth += 1
+            self.line(f"for (int64_t rj_v = {gtid}; rj_v < {q}_n / {lanes}; rj_v += {gstride}) {{")
+            self.depth += 1
+            vts = {}
+            for name, role in roles.items():
+                b = next(p for p in self.f.params if p.name == name)
+                vt = _VECTOR[np.dtype(b.dtype).name]
+                vts[name] = vt
+                if role == "in":
+                    self.line(f"const {vt} rj_vec_{self.buf[name]} = reinterpret_cast<const {vt} *>"
+                              f"({self.buf[name]})[rj_v];")
+                else:
+                    self.line(f"{vt} rj_vec_{self.buf[name]};")
+            for lane in range(lanes):
+                comp = "xyzw"[lane]
+                self.line("{")
+                self.depth += 1
+                self._bind_loop_vars(q, f"rj_v * {lanes} + {lane}", loops, counts)
+                self.lanes = {name: f"rj_vec_{self.buf[name]}.{comp}" for name in roles}
+                self.serial(inner)
+                self.lanes = None
+                self.close()
+            for name, role in roles.items():
+                if role == "out":
+                    self.line(f"reinterpret_cast<{vts[name]} *>({self.buf[name]})[rj_v] = rj_vec_{self.buf[name]};")
+            self.close()
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
+        self.line(f"for (int64_t {q} = {gtid}; {q} < {q}_n; {q} += {gstride}) {{")
+        self.depth += 1
+        self._bind_loop_vars(q, q, loops, counts)
+        self.serial(inner)
+        self.close()
+        if vec is not None:
+            self.close()
         return total
 
-    def _unflatten(self, q: str, loops: list, counts: list) -> None:
-        r = self.fresh("r")
-        self.line(f"int64_t {r} = {q};")
-        for k in range(len(loops) - 1, -1, -1):
-            l, c = loops[k], counts[k]
-            v = f"v_{l.var.name}"
-            if k:
-                self.line(f"const int64_t {v} = {self.expr(l.start)} + ({q}_32 ? (int64_t)((uint32_t){r} % "
-                          f"(uint32_t){c}) : {r} % {c});")
-                self.line(f"{r} = {q}_32 ? (int64_t)((uint32_t){r} / (uint32_t){c}) : {r} / {c};")
-            else:
-                self.line(f"const int64_t {v} = {self.expr(l.start)} + {r};")
+    def _vector_plan(self, loops: list, inner):
+        """(lanes, {buffer: "in" | "out"}) when ``_grid`` can move 16-byte vectors; else None."""
+        if not all(isinstance(l.start, Const) and l.start.value == 0 for l in loops):
+            return None
+        names, extents = [l.var.name for l in loops], [self.expr(l.extent) for l in loops]
+
+        def flat(b, index):
+            return len(index) == len(names) and all(isinstance(i, Var) for i in index) and \
+                [i.name for i in index] == names and [self.expr(from_sympy(d)) for d in b.shape] == extents
+        roles, other = {}, set()
+        top = inner.stmts if isinstance(inner, Seq) else [inner]
+        for st in _walk(inner):
+            if isinstance(st, Store):
+                if flat(st.buffer, st.index) and st in top and roles.get(st.buffer.name) is None:
+                    roles[st.buffer.name] = "out"
+                else:
+                    other.add(st.buffer.name)
+        for e in _exprs(inner):
+            for x in _sub_exprs(e):
+                if isinstance(x, Load):
+                    if flat(x.buffer, x.index) and roles.get(x.buffer.name, "in") == "in":
+                        roles[x.buffer.name] = "in"
+                    else:
+                        other.add(x.buffer.name)
+        if not roles or set(roles) & other:
+            return None
+        sizes = {np.dtype(p.dtype).itemsize for p in self.f.params if p.name in roles}
+        kinds = {np.dtype(p.dtype).name for p in self.f.params if p.name in roles}
+        if len(sizes) != 1 or not kinds <= set(_VECTOR):
+            return None
+        return 16 // sizes.pop(), roles
 
     # -- statements ----------------------------------------------------------------------
     def line(self, s: str) -> None:
@@ -372,6 +463,8 @@ class _Emitter:
         if self.flat and len(index) == len(self.flat[0]) and \
                 all(isinstance(i, Var) for i in index) and [i.name for i in index] == self.flat[0] and \
                 [self.expr(from_sympy(d)) for d in b.shape] == self.flat[1]:
+            if self.lanes and b.name in self.lanes:
+                return self.lanes[b.name]
             return f"{self.buf[b.name]}[{self.flat[2]}]"
         terms = []
         for ax, i in enumerate(index):

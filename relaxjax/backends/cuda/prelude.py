@@ -193,6 +193,12 @@ using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 #define __launch_bounds__(n)
 #define __shared__ static
 struct rj_dim3 { unsigned x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+struct alignas(16) longlong2 { long long x, y; };
+struct alignas(16) ulonglong2 { unsigned long long x, y; };
 static thread_local rj_dim3 threadIdx, blockIdx;
 static rj_dim3 blockDim, gridDim;
 #define __syncthreads() _Pragma("omp barrier")
