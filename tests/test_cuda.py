@@ -381,3 +381,18 @@ def test_vector_and_scalar_paths_of_elementwise_kernels(backend, offset, n_, m_)
         x, b = cupy.asarray(x), cupy.asarray(b)
     got = f(x, b)
     assert_same(got.get() if hasattr(got, "get") else got, want)
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS + ["llvm", "numpy"])
+def test_failed_match_cast_is_a_shape_error(backend):
+    """A data-dependent size bound at run time, then asserted: both shapes in the error."""
+    def f(x):
+        pos = x[x > 0]                                  # (k,), k known only at run time
+        return rj.match_cast(pos, (x.shape[0],)) * 2.0  # asserts k == n
+    g = rj.jit(f, shapes=(S((n,), "float32"),), backend=backend)
+    ok = np.array([1.0, 2.0, 3.0], np.float32)
+    got = g(ok)
+    assert_same(got.get() if hasattr(got, "get") else got, ok * 2.0)
+    with pytest.raises(rj.ShapeError, match=r"match_cast .*(axis 0 has 2, expected n = 3|"
+                                             r"float32\[2\], expected f32\[n\] with n=3)"):
+        g(np.array([1.0, -2.0, 3.0], np.float32))
