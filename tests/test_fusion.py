@@ -76,6 +76,9 @@ def test_default_pipeline_is_printable():
     (lambda x, g: nn.rms_norm(x, g), [S(("n", 512), F32), S((512,), F32)], 1, 0),
     (lambda x, g, b: nn.layer_norm(x, g, b), [S(("n", 96), F32), S((96,), F32), S((96,), F32)], 1, 0),
     (mlp, [S(("n", 64), F32), S((64, 256), F32), S((256,), F32), S((256, 64), F32), S((64,), F32)], 2, 2),
+    # the epilogue of a full reduction stays with it; the count m * n is computed inside
+    (lambda x: rnp.mean(x) * 2.0, [S(("n", "m"), F32)], 1, 0),
+    (lambda x: rnp.var(x, axis=1), [S(("n", "m"), F32)], 1, 0),
 ])
 def test_fused_workloads_are_few_kernels(fn, structs, n_tir, n_lib):
     text = optimized(fn, *structs)

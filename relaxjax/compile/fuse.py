@@ -72,6 +72,7 @@ class _Fuser:
         self.env = ShapeEnv("explicit", fn.bounds)
         self.groups: list[_Group] = []
         self.group_of: dict = {}      # Var -> group id
+        self.uses = _uses(fn)
 
     def equal(self, a, b) -> bool:
         return self.env.try_prove("==", a, b) is True
@@ -129,6 +130,15 @@ class _Fuser:
             g.axes = tuple(sorted(b.params["axes"]))
             g.kept = prod(b.outvars[0].type.shape)
 
+    def constant(self, h: _Group, user: int) -> bool:
+        """A one-element injective group that reads no array (``convert(m * n)`` of a mean)
+        and whose value only binding ``user`` reads: its consumer's group computes it."""
+        if h.kind != "injective" or h.deps or len(h.members) != 1:
+            return False
+        b = self.fn.bindings[h.members[0]]
+        return not any(isinstance(a, Var) for a in b.args) and len(b.outvars) == 1 and \
+            self.equal(prod(b.outvars[0].type.shape), 1) and self.uses.get(b.outvars[0]) == [user]
+
     def mergeable(self, g: _Group, h: _Group) -> bool:
         """Two reduction groups over the same rows, with no path between them through a
         third group: one row-wise kernel can compute both (layer norm's mean and var)."""
@@ -164,7 +174,9 @@ class _Fuser:
                     producers.append(gid)
             target = None
             if pattern in ("injective", "reduction"):
-                for gid in sorted(producers, reverse=True):
+                # latest group first, but a reduction's epilogue stays with its reduction
+                order = sorted(producers, key=lambda h: (self.groups[h].kind == "reduction", h), reverse=True)
+                for gid in order:
                     g = self.groups[gid]
                     others = [h for h in producers if h != gid]
                     if self.fits(g, b, pattern) and not any(self.reaches(gid, h) for h in others):
@@ -182,6 +194,10 @@ class _Fuser:
                     self.join(target, b, pattern, index)
             else:
                 self.join(target, b, pattern, index)
+                for h in producers:          # scalars computed from dims alone: inlined
+                    if h != target.id and self.constant(self.groups[h], index):
+                        self.merge(target, self.groups[h])
+                producers = [self.canonical(h) for h in producers]
                 for h in producers:          # sibling row-wise groups over the same rows
                     if h != target.id and self.mergeable(target, self.groups[h]):
                         self.merge(target, self.groups[h])
