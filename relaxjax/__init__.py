@@ -31,6 +31,14 @@ def clear_cache() -> int:
     return _clear_persistent()
 
 
+
+def __getattr__(name):
+    # ``rj.testing`` is imported on first use: it needs hypothesis, relaxjax itself does not
+    if name == "testing":
+        import importlib
+        return importlib.import_module(".testing", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", "SymbolicDim",
            "dim", "dims", "CacheInfo", "Compiled", "Jitted", "Lowered", "ShapeDtypeStruct", "jit",
            "make_ir", "match_cast", "IRModule", "Function", "TensorType", "numpy", "nn", "lax",

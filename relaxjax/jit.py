@@ -8,6 +8,7 @@ import logging
 import os
 import pickle
 import sys
+import threading
 import time
 import types
 from dataclasses import dataclass
@@ -242,12 +243,14 @@ class Jitted:
         self.static_argnames = names
         self._cache: dict = {}
         self._hits = self._misses = self._compiles = 0
+        # held while a miss traces and compiles (so that threads missing at once compile one
+        # entry, not one each); hits take no lock
+        self._lock = threading.RLock()
         # Fast dispatch for the common call: every argument a NumPy array, passed
         # positionally, nothing static.  Keyed by (dtype, rank) per argument; each entry's
         # binder then checks the shapes exactly as the full path would.
         self._fast: dict = {}
         self._fast_arity = None
-        self._last_key = None
         if self._sig is not None and shapes is None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps):
@@ -255,13 +258,16 @@ class Jitted:
 
     # -- public API -----------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
+        """Hits, misses, compiles and entries (``hits`` is approximate while several threads
+        call at once; the others are exact)."""
         return CacheInfo(self._hits, self._misses, self._compiles,
                          sum(len(v) for v in self._cache.values()))
 
     def clear_cache(self) -> None:
-        self._cache.clear()
-        self._fast.clear()
-        self._hits = self._misses = self._compiles = 0
+        with self._lock:
+            self._cache.clear()
+            self._fast.clear()
+            self._hits = self._misses = self._compiles = 0
 
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays or ShapeDtypeStructs) without running anything."""
@@ -282,40 +288,51 @@ class Jitted:
                     if type(dims) is tuple:
                         self._hits += 1
                         return entry.fast_run(dims, args)
-                out = self._call_slow(args, kwargs)
-                entries = self._fast.setdefault(key, [])
-                for e in self._cache.get(self._last_key, ()):
-                    if e not in entries:
-                        entries.append(e)
+                keyed = []
+                out = self._call_slow(args, kwargs, keyed)
+                if keyed:           # this call's cache key (per call: other threads have theirs)
+                    with self._lock:
+                        entries = self._fast.setdefault(key, [])
+                        for e in self._cache.get(keyed[0], ()):
+                            if e not in entries:
+                                entries.append(e)
                 return out
         return self._call_slow(args, kwargs)
 
-    def _call_slow(self, args, kwargs):
+    def _call_slow(self, args, kwargs, keyed: list | None = None):
         call = self._prepare(args, kwargs)
         if call.has_tracer:                       # jit inside jit: inline
             return self.fun(*args, **kwargs)
         if call.has_struct:
             raise TypeError("ShapeDtypeStruct arguments are for lower()/make_ir(), not for calls")
+        if keyed is not None:
+            keyed.append(call.key)
         entries = self._cache.setdefault(call.key, [])
-        self._last_key = call.key
         shapes = call.shapes
         for entry in entries:
             dims = entry.binder(shapes)
             if isinstance(dims, tuple):
                 self._hits += 1
                 return self._run(entry, dims, call)
-        self._misses += 1
-        if entries and self.shapes is not None and not call.any_auto:
-            # explicit signature: the only entry was rejected -> say precisely why
-            entry = entries[0]
-            raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, entry.binder(shapes)))
-        module, build = self._trace(call)
-        entry = build(self.pipeline)
-        self._compiles += 1
-        entries.append(entry)
-        dims = entry.binder(shapes)
-        if not isinstance(dims, tuple):
-            raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, dims))
+        with self._lock:
+            for entry in entries:                 # added by another thread meanwhile?
+                dims = entry.binder(shapes)
+                if isinstance(dims, tuple):
+                    self._hits += 1
+                    break
+            else:
+                self._misses += 1
+                if entries and self.shapes is not None and not call.any_auto:
+                    # explicit signature: the only entry was rejected -> say precisely why
+                    entry = entries[0]
+                    raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, entry.binder(shapes)))
+                module, build = self._trace(call)
+                entry = build(self.pipeline)
+                self._compiles += 1
+                entries.append(entry)
+                dims = entry.binder(shapes)
+                if not isinstance(dims, tuple):
+                    raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, dims))
         return self._run(entry, dims, call)
 
     # -- calls ---------------------------------------------------------------------------

@@ -149,7 +149,10 @@ def _pr(e: sympy.Expr, outer: int) -> str:
             num, den = sympy.fraction(sympy.together(e))
             return _paren(f"{_pr(num, 2)} / {_pr(den, 3)}", 2, outer)
         factors = [f for f in sympy.Mul.make_args(rest)]
-        s = " * ".join(_pr(f, 2) for f in factors)
+        # Python's * and // and % associate left to right: a floor or Mod factor printed as
+        # "a // b" or "a % b" needs parentheses after another factor (n * ((k + 1) // 2))
+        s = " * ".join(_pr(f, 3 if k and isinstance(f, (sympy.floor, sympy.ceiling, sympy.Mod)) else 2)
+                       for k, f in enumerate(factors))
         if c != 1:
             s = f"{s} * {_pr(c, 3)}"
         return _paren(s, 2, outer)

@@ -300,3 +300,20 @@ def test_shape_from_a_dim_no_argument_binds_is_a_shape_error():
     g = rj.jit(lambda x, y: rnp.broadcast_to(x, y.shape) * 2.0)       # bound through y: fine
     x, y = np.arange(3, dtype=np.float32), np.zeros((4, 3), np.float32)
     np.testing.assert_array_equal(g(x, y), np.broadcast_to(x, (4, 3)) * 2.0)
+
+@pytest.mark.parametrize("mode", ["explicit", "auto"])
+def test_mlp_and_attention_scores_compile_once_for_all_drawn_shapes(mode):
+    """relaxjax.testing.assert_shape_polymorphic: fresh jits called with 2-4 drawn shape sets
+    each compile once and match NumPy."""
+    from relaxjax.testing import assert_shape_polymorphic
+    assert_shape_polymorphic(mlp, [S((n, k), "float32"), S((k, m), "float32")], mode=mode,
+                             backend=BACKENDS, max_examples=4)
+    h = rj.dim("h", max=8)
+
+    def scores(q, kk):                 # (b, h * 4) heads split, scaled by a constant
+        b = q.shape[0]
+        qh = rnp.reshape(q, (b, -1, 4)).transpose(1, 0, 2)
+        kh = rnp.reshape(kk, (b, -1, 4)).transpose(1, 2, 0)
+        return nn.softmax(qh @ kh * 0.5, axis=-1)
+    assert_shape_polymorphic(scores, [S((n, h * 4), "float64"), S((n, h * 4), "float64")], mode=mode,
+                             max_examples=4)

@@ -262,3 +262,17 @@ def test_large_rows(n, d):
 ], ids=["softmax", "layer_norm_gelu", "logsumexp_silu"])
 def test_compiles_once_for_many_batch_sizes(fn):
     assert_compiles_once(fn, 12, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_norms_against_eager_numpy_for_drawn_signature_shapes(dtype):
+    """relaxjax.testing.check_against: layer_norm and rms_norm with a symbolic signature
+    (rows n, features d, gamma/beta of d) on every backend vs. the same code run on NumPy."""
+    from relaxjax.testing import check_against
+    n, d = rj.dims("n d")
+    sig = [rj.ShapeDtypeStruct((n, d), dtype), rj.ShapeDtypeStruct((d,), dtype),
+           rj.ShapeDtypeStruct((d,), dtype)]
+    check_against(lambda x, g, b: rnn.layer_norm(x, g, b), shapes=sig, backend="all", explicit=True,
+                  max_examples=10)
+    check_against(lambda x, g, b: rnn.rms_norm(x, g) + b, shapes=sig, backend="all", explicit=True,
+                  max_examples=10)

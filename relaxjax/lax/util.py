@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ShapeError
-from ..shapes import Dim, ShapeEnv, dim_str
+from ..shapes import Dim, ShapeEnv, dim_str, free_symbols
 
 
 def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple:
@@ -17,6 +17,9 @@ def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple
         dims = [s[len(s) - ndim + ax] for s in shapes if len(s) - ndim + ax >= 0]
         res: Dim = 1
         for d in dims:
+            if not isinstance(d, int) and not isinstance(res, int) or isinstance(res, int) and res != 1:
+                if env.try_prove("==", res, d) is not True:
+                    d, res = _one_if_guarded(env, d), _one_if_guarded(env, res)
             if isinstance(d, int) and d == 1:
                 continue
             if isinstance(res, int) and res == 1:
@@ -26,6 +29,19 @@ def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple
                                                f"{ax - ndim} ({', '.join(_fmt(s) for s in shapes)})")
         out.append(res)
     return tuple(out)
+
+
+def _one_if_guarded(env: ShapeEnv, d: Dim) -> Dim:
+    """In automatic mode a derived dim (``n - 1``, ``(n + 1) // 2``) that is 1 in this trace
+    broadcasts as NumPy would.  Its symbols are specialized to their values (guards
+    ``n == 2``), so that every type and later proof sees the 1.  Otherwise ``d`` unchanged."""
+    if isinstance(d, int) or env.mode != "auto":
+        return d
+    if env.try_prove("==", d, 1) is None and env._concrete_ok(d, 1) and env.evaluate(d) == 1:
+        for s in sorted(free_symbols(d), key=lambda s: s.name):
+            env.concrete(s, "broadcasting a derived dim of size 1")
+        return env.canon(d)
+    return d
 
 
 def _fmt(shape) -> str:
