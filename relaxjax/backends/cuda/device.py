@@ -96,10 +96,15 @@ class EmulatedDevice:
     def __init__(self):
         self.cxx = os.environ.get("CXX", "g++")
         self._functions: dict = {}
-        self.dir = os.path.join(tempfile.gettempdir(), f"relaxjax-cuda-emulated-{os.getuid()}")
+        # one folder per header version: processes running other versions share /tmp
+        tag = hashlib.sha256(EMULATOR_HEADER.encode()).hexdigest()[:12]
+        self.dir = os.path.join(tempfile.gettempdir(), f"relaxjax-cuda-emulated-{os.getuid()}", tag)
         os.makedirs(self.dir, exist_ok=True)
-        with open(os.path.join(self.dir, "rj_emulate.h"), "w") as f:
+        header = os.path.join(self.dir, "rj_emulate.h")
+        tmp = f"{header}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
             f.write(EMULATOR_HEADER)
+        os.replace(tmp, header)
 
     def is_array(self, x) -> bool:
         return isinstance(x, np.ndarray)
