@@ -11,6 +11,7 @@ from .errors import InconclusiveDimensionError, KernelSyntaxError, ShapeError, T
 from .shapes import SymbolicDim, dim, dims
 from .jit import CacheInfo, Compiled, Jitted, Lowered, ShapeDtypeStruct, jit, make_ir, match_cast
 from .ir import IRModule, Function, TensorType
+from .library import call_library, register_library
 from . import numpy, nn, lax, compile  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
@@ -44,4 +45,4 @@ __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", 
            "make_ir", "match_cast", "IRModule", "Function", "TensorType", "numpy", "nn", "lax",
            "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-           "uint32", "uint64", "clear_cache"]
+           "uint32", "uint64", "clear_cache", "call_library", "register_library"]

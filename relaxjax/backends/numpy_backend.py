@@ -4,8 +4,8 @@ against its symbolic struct info.  Every other backend is tested against it.
 
 It runs every module the pass pipeline can produce: besides graph primitives, a binding may
 call a loop-level program (``call_tir``, run by the reference loop interpreter in
-:mod:`.tir_interp`), a library function (``call_library``: ``blas.sgemm``/``blas.dgemm`` are
-``np.matmul``) or a graph sub-function (a fused group), interpreted recursively."""
+:mod:`.tir_interp`), a library function (``call_library``: the registered ``numpy``
+implementation, see :mod:`relaxjax.library`) or a graph sub-function (a fused group), interpreted recursively."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,13 +16,13 @@ import sympy
 from ..compile.tir import PrimFunc
 from ..errors import ShapeError
 from ..ir import Binding, Function, IRModule, Literal, Var
+from ..library import contiguous, lookup
 from ..shapes import dim_str, free_symbols, is_symbolic
 from . import register_backend
 from .tir_interp import check_host, compile_primfunc
 
 _GLOBALS = {"min": min, "max": max, "__builtins__": {}}
 
-LIBRARY = {"blas.sgemm", "blas.dgemm"}
 
 
 def _dim_eval(d):
@@ -136,13 +136,17 @@ class _FunctionInterp:
                 return outs
             return call_tir
         if kind == "library":
-            name = b.callee.name
-            if name not in LIBRARY:
-                raise NotImplementedError(f"the numpy backend has no library function {name!r}")
-            dtypes = [v.type.dtype for v in b.outvars]
+            impl = lookup(b.callee.name)
+            if impl.numpy is None and impl.cpu_native is None:
+                raise impl.missing("numpy", "numpy")
+            outs = b.outvars
 
             def call_library(args, params, D):
-                return [np.asarray(np.matmul(args[0], args[1])).astype(dtypes[0], copy=False)]
+                args = [contiguous(a) for a in args]
+                res = [np.empty(tuple(_eval_dim(d, D) for d in v.type.shape), v.type.dtype)
+                       for v in outs]
+                impl.run_numpy(args, res)
+                return res
             return call_library
         if kind == "function":
             callee: Function = b.callee

@@ -15,7 +15,6 @@ buffer), ``match_cast`` (a run-time shape check), and the data-dependent ``nonze
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -23,6 +22,7 @@ import sympy
 
 from .. import dtypes as dt
 from ..ir import Binding, Function, IRModule, Literal, Var
+from ..library import LibraryFunc  # noqa: F401  (the callee of call_library; fuse_tir imports it here)
 from ..shapes import free_symbols, is_symbolic
 from . import tir
 from .tir import (INDEX, BOOL, Buffer, Const, Expr, For, Local, Assign, PrimFunc, Seq, Store,
@@ -32,16 +32,6 @@ from .passes import Pass
 HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
 
 Reader = Callable[[list], Expr]
-
-
-@dataclass(eq=False)
-class LibraryFunc:
-    """An external function called in destination-passing style (``call_library``)."""
-    name: str
-    call_kind = "library"
-
-    def text(self) -> str:
-        return f"# library {self.name}"
 
 
 # ---------------------------------------------------------------------------------------

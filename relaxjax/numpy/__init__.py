@@ -18,6 +18,7 @@ from ._linalg import matmul, dot, vdot, inner, outer, tensordot, einsum  # noqa:
 from ._creation import (full, zeros, ones, empty, full_like, zeros_like, ones_like,  # noqa: F401
                         empty_like, arange, eye, identity, array, asarray)
 from . import _indexing  # noqa: F401  (Tracer.__getitem__)
+from . import linalg  # noqa: F401  (rnp.linalg: library calls, see relaxjax.library)
 from ._base import shape as _shape
 
 bool_ = _np.bool_

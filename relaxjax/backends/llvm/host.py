@@ -19,6 +19,8 @@ from ...ir import Binding
 from .codegen import KernelEmitter, _Fn, llty
 from . import target
 
+GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
+
 # CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
 # pointer 16 bytes in.  ``check_object_layout`` verifies both at start-up.
 TUPLE_ITEMS_OFFSET = 24
@@ -47,22 +49,33 @@ class HostOp:
 
 
 @dataclass
+class LibraryHostCall:
+    """A ``call_library`` whose cpu implementation is a Python callable: its outputs are
+    allocated like a segment's, then it runs between segments."""
+    binding: Binding
+
+
+@dataclass
 class HostCheck:
     """The ``host_checks`` of a call, made before the segment that holds the call."""
     binding: Binding
 
 
 class SegmentEmitter(KernelEmitter):
-    """Emits ``void seg(PyObject *buffers, PyObject *dims)``: ``buffers`` is a tuple of NumPy
+    """Emits ``int64_t seg(PyObject *buffers, PyObject *dims)``: ``buffers`` is a tuple of NumPy
     arrays and ``dims`` an int64 array; the data pointers are read from the array objects
     (``PyArrayObject.data``), which costs far less than fetching them in Python.  Each call
     loads its operands into an argument array and calls the kernel entry; gemms become
-    (batched) CBLAS calls."""
+    (batched) CBLAS calls; other library calls call their native implementation with the
+    ABI of :mod:`relaxjax.library`.  The segment returns 0, or stops at the first library
+    call that fails and returns ``(k + 1) << 32 | status`` (``k``: the call's position in the
+    segment)."""
 
     def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
+        self.natives: dict = {}         # LLVM symbol -> address of a native library function
 
     def emit(self) -> str:
         fn = self.fn = _Fn()
@@ -72,13 +85,15 @@ class SegmentEmitter(KernelEmitter):
         for name, s in self.dim_slot.items():
             p = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {s}")
             self.env[name] = fn.val("i64", f"load i64, ptr {p}")
-        for b in self.seg.calls:
+        for k, b in enumerate(self.seg.calls):
             if b.kind == "tir":
                 self._call_tir(b)
-            else:
+            elif b.callee.name in GEMMS:
                 self._gemm(b)
-        fn.emit("ret void")
-        return "\n".join([f"define void @{self.seg.name}(ptr %buffers, ptr %dims) {{\nentry:"] +
+            else:
+                self._native_call(b, k)
+        fn.emit("ret i64 0")
+        return "\n".join([f"define i64 @{self.seg.name}(ptr %buffers, ptr %dims) {{\nentry:"] +
                          ["  " + a for a in fn.entry_allocas] + fn.lines + ["}"])
 
     def _slot(self, v) -> str:
@@ -102,6 +117,42 @@ class SegmentEmitter(KernelEmitter):
             p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {k}")
             fn.emit(f"store i64 {v}, ptr {p}")
         fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
+
+    def _native_call(self, b: Binding, k: int) -> None:
+        """``status = f(data, shapes, ndims, nargs)`` (the library ABI); a nonzero status
+        returns from the segment."""
+        from ...library import lookup
+        fn = self.fn
+        impl = lookup(b.callee.name)
+        addr = impl.cpu_native
+        sym = "rjlib." + "".join(c if c.isalnum() or c in "._" else "_" for c in impl.name) + \
+            f".v{impl.version}"
+        self.natives[sym] = addr
+        self.helpers_used.add(f"declare i32 @\"{sym}\"(ptr, ptr, ptr, i64)")
+        values = list(b.args) + list(b.outvars)
+        n = len(values)
+        dims = [d for v in values for d in v.type.shape]
+        data, shapes, ndims = f"%ldata{fn.n}", f"%lshape{fn.n}", f"%lndim{fn.n}"
+        fn.n += 1
+        fn.entry_allocas += [f"{data} = alloca [{max(n, 1)} x ptr]",
+                             f"{shapes} = alloca [{max(len(dims), 1)} x i64]",
+                             f"{ndims} = alloca [{max(n, 1)} x i64]"]
+        for i, v in enumerate(values):
+            p = fn.val("ptr", f"getelementptr ptr, ptr {data}, i64 {i}")
+            fn.emit(f"store ptr {fn.val('ptr', f'inttoptr i64 {self._slot(v)} to ptr')}, ptr {p}")
+            p = fn.val("ptr", f"getelementptr i64, ptr {ndims}, i64 {i}")
+            fn.emit(f"store i64 {len(v.type.shape)}, ptr {p}")
+        for i, d in enumerate(dims):
+            p = fn.val("ptr", f"getelementptr i64, ptr {shapes}, i64 {i}")
+            fn.emit(f"store i64 {self._expr(from_sympy(d))}, ptr {p}")
+        st = fn.val("i32", f"call i32 @\"{sym}\"(ptr {data}, ptr {shapes}, ptr {ndims}, i64 {n})")
+        bad = fn.val("i1", f"icmp ne i32 {st}, 0")
+        fail, ok = fn.label("libfail"), fn.label("libok")
+        fn.emit(f"br i1 {bad}, label %{fail}, label %{ok}")
+        fn.start_block(fail)
+        code = fn.val("i64", f"zext i32 {st} to i64")
+        fn.emit(f"ret i64 {fn.val('i64', f'or i64 {code}, {(k + 1) << 32}')}")
+        fn.start_block(ok)
 
     def _gemm(self, b: Binding) -> None:
         """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims."""

@@ -23,10 +23,11 @@ from ...compile.passes import run_pipeline
 from ...compile.tir import PrimFunc
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
-from ...shapes import dim_str, free_symbols, is_symbolic
+from ...shapes import dim_str, eval_dim, free_symbols, is_symbolic
 from . import mathlib, target
 from .codegen import KernelEmitter, helper_source
-from .host import HostCheck, HostOp, Segment, SegmentEmitter, check_object_layout
+from ...library import BUILTIN, lookup
+from .host import HostCheck, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
 
 # Process-wide knobs read by every kernel: thread count (0 = OpenMP's default) and the work
 # (elements touched) below which a kernel stays on the calling thread; and the BLAS functions
@@ -58,7 +59,7 @@ POOLING = True
 POOL_MIN_BYTES = 256 * 1024           # smaller buffers: plain np.empty
 WORKSPACE_MAX_BYTES = 1 << 30         # a larger bound (per thread) sizes storages per call instead
 
-_SEGMENT = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.py_object)
+_SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
 _ENGINES: dict = {}        # (native, sha256 of text) -> CompiledModule | SharedModule
 _KERNELS: dict = {}        # (native, symbol) -> (module, text)
 _LOCK = threading.RLock()
@@ -363,6 +364,17 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
     return cm, sym, f"; {f.name}\n" + text
 
 
+def _python_library(b: Binding) -> bool:
+    """Whether a library call runs as a Python host call (else natively in a segment)."""
+    impl = lookup(b.callee.name)
+    cpu = impl.cpu
+    if cpu is BUILTIN or impl.cpu_native is not None:
+        return False
+    if cpu is None:
+        raise impl.missing("llvm", "cpu")
+    return True
+
+
 def _has_unlowered(fn: Function) -> bool:
     return any(b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"
                for b in fn.bindings)
@@ -407,7 +419,7 @@ class LLVMExecutable:
             for a in b.args:
                 if isinstance(a, Literal) and a not in self.slot_of and b.kind != "primitive":
                     self.slot_of[a] = len(self.slot_of)
-                    self.consts[self.slot_of[a]] = np.ascontiguousarray(a.value, a.type.dtype)
+                    self.consts[self.slot_of[a]] = _contiguous(np.asarray(a.value, a.type.dtype))
             for v in b.outvars:
                 self.slot_of[v] = len(self.slot_of)
                 for s in sorted(v.type.free_symbols(), key=lambda s: s.name):
@@ -415,6 +427,8 @@ class LLVMExecutable:
                         dim_names.append(s.name)
             if b.kind == "primitive":
                 steps.append(HostOp(b))
+            elif b.kind == "library" and _python_library(b):
+                steps.append(LibraryHostCall(b))
             else:
                 if b.kind == "tir" and b.callee.host_checks:
                     steps.append(HostCheck(b))
@@ -443,22 +457,30 @@ class LLVMExecutable:
             texts.append(text)
             self.kernel_modules.append(cm)
         parts, helpers = [], set()
+        self.fallible = set()           # segments with native library calls (a status to check)
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms)
             parts.append(em.emit())
             helpers |= em.helpers_used
+            for sym, addr in em.natives.items():
+                llvm.add_symbol(sym, addr)
+            if em.natives:
+                self.fallible.add(seg.name)
         decls = {f"declare void @{s}(ptr)" for s in syms.values()} | \
             {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
         seg_text = "\n\n".join([f"; relaxjax host segments of {self.fn.name}", "\n".join(sorted(decls))]
                                 + parts) + "\n"
-        self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments], self.native)
+        # native library functions are process addresses: such segments stay in memory (MCJIT)
+        self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments],
+                                           self.native and not self.fallible)
         return "\n\n".join(texts + [seg_text])
 
     # -- running ---------------------------------------------------------------------------
     def _make_runner(self):
         """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
-             "_host": self._host_op, "_check": self._host_check, "min": min, "max": max}
+             "_host": self._host_op, "_check": self._host_check, "_lib": self._library_call,
+             "_liberr": self._library_error, "min": min, "max": max}
         self.pooling = POOLING
         self.memory_plan = plan_memory(self.fn)
         self._stats = [0, 0, 0, 0, 0, None, None]
@@ -482,8 +504,8 @@ class LLVMExecutable:
         if mem is not None:
             L += mem.prologue(local)
         for si, st in enumerate(self.steps):
-            if isinstance(st, Segment):
-                for b in st.calls:
+            if isinstance(st, (Segment, LibraryHostCall)):
+                for b in (st.calls if isinstance(st, Segment) else [st.binding]):
                     for v in b.outvars:
                         shape = ", ".join(_rename(d, local) for d in v.type.shape)
                         shape = f"({shape}{',' if len(v.type.shape) == 1 else ''})"
@@ -492,8 +514,15 @@ class LLVMExecutable:
                             L += mem.allocate(v, shape, local)
                         else:
                             L.append(f"  _b[{self.slot_of[v]}] = _empty({shape}, _t{self.slot_of[v]})")
+                if isinstance(st, LibraryHostCall):
+                    L.append(f"  _lib({si}, _b, D)")
+                    continue
                 g[f"_seg{si}"] = self.segment_module.functions[st.name]
-                L.append(f"  _seg{si}(tuple(_b), _dims)")
+                if st.name in self.fallible:
+                    L.append(f"  _r = _seg{si}(tuple(_b), _dims)")
+                    L.append(f"  if _r: _liberr({si}, _r)")
+                else:
+                    L.append(f"  _seg{si}(tuple(_b), _dims)")
             elif isinstance(st, HostCheck):
                 L.append(f"  _check({si}, _b, D)")
             else:
@@ -563,6 +592,21 @@ class LLVMExecutable:
             if idx.size and (idx.min() < -n or idx.max() >= n):
                 bad = idx.min() if idx.min() < -n else idx.max()
                 raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+
+    def _library_call(self, step: int, bufs: list, D: dict) -> None:
+        """A library call with a Python cpu implementation: ``f(*inputs, *outputs)``."""
+        b: Binding = self.steps[step].binding
+        impl = lookup(b.callee.name)
+        args = [bufs[self.slot_of[a]] for a in list(b.args) + list(b.outvars)]
+        status = impl.cpu_python(*args)
+        if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
+            impl.raise_status(status)
+
+    def _library_error(self, step: int, r: int) -> None:
+        """A segment stopped at a failing native library call: raise its error."""
+        b: Binding = self.steps[step].calls[(r >> 32) - 1]
+        status = ctypes.c_int32(r & 0xFFFFFFFF).value
+        lookup(b.callee.name).raise_status(status)
 
     def _host_op(self, step: int, bufs: list, D: dict, dims) -> None:
         b: Binding = self.steps[step].binding
@@ -772,4 +816,4 @@ def _rename(d, local: dict) -> str:
 def _eval(d, D: dict) -> int:
     if isinstance(d, int):
         return d
-    return int(eval(dim_str(d), {"min": min, "max": max, "__builtins__": {}}, D))  # noqa: S307
+    return eval_dim(d, D)            # compiled once per expression

@@ -1,0 +1,72 @@
+"""Library calls (``call_library``) on the CUDA backend, and the CuPy implementations of the
+``linalg.*`` functions that :mod:`relaxjax.numpy.linalg` registers.
+
+On a GPU a call runs the registered ``cuda`` implementation on CuPy arrays; on the emulator
+(NumPy arrays) the ``numpy`` implementation (see :mod:`relaxjax.library`).  The ``linalg.*``
+functions take float64 stacks of matrices (..., m, n) and write their outputs in place, like
+``numpy.linalg`` run on the same arrays; singular matrices raise
+``numpy.linalg.LinAlgError`` (``cupyx.errstate(linalg="raise")``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...library import contiguous, lookup
+
+
+def library_runner(name: str, device):
+    """``call(inputs, outputs)`` running library function ``name`` on ``device``'s arrays."""
+    impl = lookup(name)
+    if device.name == "cuda":
+        fn = impl.cuda
+        if fn is None:
+            raise impl.missing("cuda", "cuda")
+
+        def call(inputs, outputs):
+            status = fn(*inputs, *outputs)
+            if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
+                impl.raise_status(status)
+        return call
+    if impl.numpy is None and impl.cpu_native is None:
+        raise impl.missing(device.name, "numpy")
+
+    def call(inputs, outputs):        # the emulator: NumPy arrays
+        impl.run_numpy([contiguous(x) for x in inputs], outputs)
+    return call
+
+
+def _raising():
+    import cupyx
+    return cupyx.errstate(linalg="raise")
+
+
+def solve(a, bt, xt):
+    import cupy
+    with _raising():
+        xt[...] = cupy.linalg.solve(a, bt.swapaxes(-1, -2)).swapaxes(-1, -2)
+
+
+def inv(a, out):
+    import cupy
+    with _raising():
+        out[...] = cupy.linalg.inv(a)
+
+
+def det(a, out):
+    import cupy
+    out[...] = cupy.linalg.det(a)
+
+
+def cholesky(a, out):
+    import cupy
+    a2, o2 = a.reshape((-1,) + a.shape[-2:]), out.reshape((-1,) + out.shape[-2:])
+    with _raising():
+        for i in range(a2.shape[0]):
+            o2[i] = cupy.linalg.cholesky(a2[i])
+
+
+def qr(a, q, r):
+    import cupy
+    a2, q2, r2 = (x.reshape((-1,) + x.shape[-2:]) for x in (a, q, r))
+    for i in range(a2.shape[0]):
+        q2[i], r2[i] = cupy.linalg.qr(a2[i], mode="reduced")

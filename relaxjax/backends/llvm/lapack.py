@@ -1,0 +1,403 @@
+"""Native implementations of the ``linalg.*`` library functions: LAPACK called from code
+generated here, with the library ABI of :mod:`relaxjax.library`.
+
+Each function takes float64 stacks of matrices (..., m, n) and loops over them, calling
+the LAPACK routines that SciPy exports (``scipy.linalg.cython_lapack``: Fortran ABI, 32-bit
+ints, every argument by pointer).  LAPACK is column-major and relaxjax row-major: a
+row-major matrix is its transpose in column-major order, which the functions use instead of
+copying (``inv`` and ``det`` factor A^T; ``solve`` solves with A^T's LU and ``trans="T"``;
+``cholesky`` asks for the upper factor of A^T, i.e. the lower factor of A; ``qr`` is the LQ
+factorization of A^T, whose L^T is R and whose Q^T is Q).  The module is compiled once per
+process (llvmlite, O3) on first use; the functions run without the GIL.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+from . import target
+
+LAPACK = {   # routine -> number of (pointer) arguments
+    "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgelqf": 8, "dorglq": 9,
+}
+WORK_PER_ROW = 64       # workspace (doubles) per matrix row: room for LAPACK's blocked code
+FAIL = 1                # status: the matrix is singular / not positive definite
+BAD_ARGUMENT = 2        # status: LAPACK rejected an argument (a bug)
+
+
+class _Fn:
+    """A small builder for straight-line LLVM IR with counted loops (counters live in
+    allocas; the optimiser promotes them to registers)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.lines: list = []
+        self.allocas: list = []
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def v(self, ty: str, instr: str) -> str:
+        t = self.tmp()
+        self.lines.append(f"  {t} = {instr}")
+        return t
+
+    def emit(self, line: str) -> None:
+        self.lines.append(f"  {line}")
+
+    def label(self, hint: str) -> str:
+        self.n += 1
+        return f"{hint}{self.n}"
+
+    def block(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def alloca(self, ty: str) -> str:
+        t = self.tmp()
+        self.allocas.append(f"  {t} = alloca {ty}")
+        return t
+
+    def i32(self, value: str) -> str:
+        """A pointer to ``value`` (an i64) as a 32-bit int: LAPACK's ``int *``."""
+        p = self.alloca("i32")
+        self.emit(f"store i32 {self.v('i32', f'trunc i64 {value} to i32')}, ptr {p}")
+        return p
+
+    def char(self, c: str) -> str:
+        p = self.alloca("i8")
+        self.emit(f"store i8 {ord(c)}, ptr {p}")
+        return p
+
+    def loop(self, count: str, body, start: str = "0") -> None:
+        ctr = self.alloca("i64")
+        self.emit(f"store i64 {start}, ptr {ctr}")
+        head, loop, done = self.label("head"), self.label("body"), self.label("done")
+        self.emit(f"br label %{head}")
+        self.block(head)
+        i = self.v("i64", f"load i64, ptr {ctr}")
+        c = self.v("i1", f"icmp slt i64 {i}, {count}")
+        self.emit(f"br i1 {c}, label %{loop}, label %{done}")
+        self.block(loop)
+        body(i)
+        self.emit(f"store i64 {self.v('i64', f'add i64 {i}, 1')}, ptr {ctr}")
+        self.emit(f"br label %{head}")
+        self.block(done)
+
+    def if_(self, cond: str, then) -> None:
+        yes, done = self.label("then"), self.label("endif")
+        self.emit(f"br i1 {cond}, label %{yes}, label %{done}")
+        self.block(yes)
+        then()
+        self.emit(f"br label %{done}")
+        self.block(done)
+
+    def shape(self, k) -> str:
+        p = self.v("ptr", f"getelementptr i64, ptr %shapes, i64 {k}")
+        return self.v("i64", f"load i64, ptr {p}")
+
+    def ndim(self, k: int) -> str:
+        p = self.v("ptr", f"getelementptr i64, ptr %ndims, i64 {k}")
+        return self.v("i64", f"load i64, ptr {p}")
+
+    def matrices(self, nargs_before: int = 0):
+        """For array ``nargs_before`` (whose dims start after the earlier arrays' dims):
+        (batch size: the product of all but the last two dims, offset of its last two dims)."""
+        off = "0"
+        for k in range(nargs_before):
+            off = self.v("i64", f"add i64 {off}, {self.ndim(k)}")
+        rank = self.ndim(nargs_before)
+        nb = self.v("i64", f"sub i64 {rank}, 2")
+        acc = self.alloca("i64")
+        self.emit(f"store i64 1, ptr {acc}")
+
+        def mul(i):
+            d = self.shape(self.v("i64", f"add i64 {off}, {i}"))
+            self.emit(f"store i64 {self.mul(self.v('i64', f'load i64, ptr {acc}'), d)}, ptr {acc}")
+        self.loop(nb, mul)
+        return self.v("i64", f"load i64, ptr {acc}"), self.v("i64", f"add i64 {off}, {nb}")
+
+    def last2(self, nargs_before: int = 0):
+        """(batch size, rows, cols) of array ``nargs_before``."""
+        B, off = self.matrices(nargs_before)
+        return B, self.shape(off), self.shape(self.v("i64", f"add i64 {off}, 1"))
+
+    def data(self, k: int) -> str:
+        p = self.v("ptr", f"getelementptr ptr, ptr %data, i64 {k}")
+        return self.v("ptr", f"load ptr, ptr {p}")
+
+    def at(self, base: str, index: str, ty: str = "double") -> str:
+        return self.v("ptr", f"getelementptr {ty}, ptr {base}, i64 {index}")
+
+    def mul(self, *xs: str) -> str:
+        out = xs[0]
+        for x in xs[1:]:
+            out = self.v("i64", f"mul i64 {out}, {x}")
+        return out
+
+    def max1(self, x: str) -> str:
+        return self.v("i64", f"call i64 @llvm.smax.i64(i64 {x}, i64 1)")
+
+    def malloc(self, nbytes: str) -> str:
+        return self.v("ptr", f"call ptr @malloc(i64 {nbytes})")
+
+    def memcpy(self, dst: str, src: str, ndoubles: str) -> None:
+        n = self.v("i64", f"mul i64 {ndoubles}, 8")
+        self.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {n}, i1 false)")
+
+    def lapack(self, routine: str, *args: str) -> None:
+        assert len(args) == LAPACK[routine], routine
+        self.emit(f"call void @rj_lapack_{routine}({', '.join(f'ptr {a}' for a in args)})")
+
+    def check_info(self, info: str, cleanup, fail_status: int = FAIL) -> None:
+        """Return ``fail_status`` when info > 0 and BAD_ARGUMENT when info < 0."""
+        v = self.v("i32", f"load i32, ptr {info}")
+        for cond, status in ((f"icmp sgt i32 {v}, 0", fail_status), (f"icmp slt i32 {v}, 0", BAD_ARGUMENT)):
+            def fail(status=status):
+                cleanup()
+                self.emit(f"ret i32 {status}")
+                self.block(self.label("dead"))
+            self.if_(self.v("i1", cond), fail)
+
+    def text(self) -> str:
+        head = f"define i32 @{self.name}(ptr %data, ptr %shapes, ptr %ndims, i64 %nargs) {{\nentry:"
+        return "\n".join([head] + self.allocas + self.lines + ["}"])
+
+
+def _free(f: _Fn, *ptrs: str):
+    def cleanup():
+        for p in ptrs:
+            f.emit(f"call void @free(ptr {p})")
+    return cleanup
+
+
+def _solve() -> str:
+    """(a: (..., n, n), bt: (..., k, n)) -> xt: (..., k, n), ``xt = solve(a, bt.mT).mT``
+    (the same batch dims)."""
+    f = _Fn("rj_linalg_solve")
+    a, bt, xt = f.data(0), f.data(1), f.data(2)
+    B, n, _ = f.last2(0)
+    _, k, _ = f.last2(1)
+    nn, kn = f.mul(n, n), f.mul(k, n)
+    lu = f.malloc(f.mul(f.max1(nn), "8"))
+    ipiv = f.malloc(f.mul(f.max1(n), "4"))
+    f.memcpy(xt, bt, f.mul(B, kn))
+    pn, pk, ld, info, trans = f.i32(n), f.i32(k), f.i32(f.max1(n)), f.alloca("i32"), f.char("T")
+    cleanup = _free(f, lu, ipiv)
+
+    def body(i):
+        f.memcpy(lu, f.at(a, f.mul(i, nn)), nn)
+        f.lapack("dgetrf", pn, pn, lu, ld, ipiv, info)
+        f.check_info(info, cleanup)
+        f.lapack("dgetrs", trans, pn, pk, lu, ld, ipiv, f.at(xt, f.mul(i, kn)), ld, info)
+        f.check_info(info, cleanup)
+    f.loop(B, body)
+    cleanup()
+    f.emit("ret i32 0")
+    return f.text()
+
+
+def _inv() -> str:
+    """a: (..., n, n) -> (..., n, n).  getrf + getri on A^T give (A^T)^-1 = (A^-1)^T, which
+    read row-major is A^-1."""
+    f = _Fn("rj_linalg_inv")
+    a, out = f.data(0), f.data(1)
+    B, n, _ = f.last2(0)
+    nn = f.mul(n, n)
+    f.memcpy(out, a, f.mul(B, nn))
+    lwork = f.mul(f.max1(n), str(WORK_PER_ROW))
+    ipiv = f.malloc(f.mul(f.max1(n), "4"))
+    work = f.malloc(f.mul(lwork, "8"))
+    pn, ld, pl, info = f.i32(n), f.i32(f.max1(n)), f.i32(lwork), f.alloca("i32")
+    cleanup = _free(f, ipiv, work)
+
+    def body(i):
+        p = f.at(out, f.mul(i, nn))
+        f.lapack("dgetrf", pn, pn, p, ld, ipiv, info)
+        f.check_info(info, cleanup)
+        f.lapack("dgetri", pn, p, ld, ipiv, work, pl, info)
+        f.check_info(info, cleanup)
+    f.loop(B, body)
+    cleanup()
+    f.emit("ret i32 0")
+    return f.text()
+
+
+def _det() -> str:
+    """a: (..., n, n) -> (...).  As NumPy: sign and log|det| from the LU factors of A^T
+    (det A^T = det A), ``sign * exp(logdet)``; 0 for an exactly singular matrix."""
+    f = _Fn("rj_linalg_det")
+    a, out = f.data(0), f.data(1)
+    B, n, _ = f.last2(0)
+    nn = f.mul(n, n)
+    lu = f.malloc(f.mul(f.max1(nn), "8"))
+    ipiv = f.malloc(f.mul(f.max1(n), "4"))
+    pn, ld, info = f.i32(n), f.i32(f.max1(n)), f.alloca("i32")
+    sign, logdet = f.alloca("double"), f.alloca("double")
+    cleanup = _free(f, lu, ipiv)
+
+    def body(i):
+        f.memcpy(lu, f.at(a, f.mul(i, nn)), nn)
+        f.lapack("dgetrf", pn, pn, lu, ld, ipiv, info)
+        v = f.v("i32", f"load i32, ptr {info}")
+        def bad():
+            cleanup()
+            f.emit(f"ret i32 {BAD_ARGUMENT}")
+            f.block(f.label("dead"))
+        f.if_(f.v("i1", f"icmp slt i32 {v}, 0"), bad)
+        f.emit(f"store double 1.0, ptr {sign}")
+        f.emit(f"store double 0.0, ptr {logdet}")
+
+        def pivot(j):
+            diag = f.mul(j, f.v("i64", f"add i64 {n}, 1"))
+            u = f.v("double", f"load double, ptr {f.at(lu, diag)}")
+            p = f.v("i32", f"load i32, ptr {f.at(ipiv, j, 'i32')}")
+            j1 = f.v("i32", f"trunc i64 {f.v('i64', f'add i64 {j}, 1')} to i32")
+            swapped = f.v("i1", f"icmp ne i32 {p}, {j1}")
+            neg = f.v("i1", f"fcmp olt double {u}, 0.0")
+            flip = f.v("i1", f"xor i1 {swapped}, {neg}")
+            s = f.v("double", f"load double, ptr {sign}")
+            ms = f.v("double", f"fneg double {s}")
+            f.emit(f"store double {f.v('double', f'select i1 {flip}, double {ms}, double {s}')}, ptr {sign}")
+            au = f.v("double", f"call double @llvm.fabs.f64(double {u})")
+            lg = f.v("double", f"call double @llvm.log.f64(double {au})")
+            acc = f.v("double", f"load double, ptr {logdet}")
+            f.emit(f"store double {f.v('double', f'fadd double {acc}, {lg}')}, ptr {logdet}")
+        f.loop(n, pivot)
+        ld_ = f.v("double", f"load double, ptr {logdet}")
+        e = f.v("double", f"call double @llvm.exp.f64(double {ld_})")
+        d = f.v("double", f"fmul double {f.v('double', f'load double, ptr {sign}')}, {e}")
+        singular = f.v("i1", f"icmp sgt i32 {v}, 0")
+        res = f.v("double", f"select i1 {singular}, double 0.0, double {d}")
+        f.emit(f"store double {res}, ptr {f.at(out, i)}")
+    f.loop(B, body)
+    cleanup()
+    f.emit("ret i32 0")
+    return f.text()
+
+
+def _cholesky() -> str:
+    """a: (..., n, n) -> L: (..., n, n).  potrf("U") on A^T reads A's lower triangle and
+    leaves U = L^T in column-major order, i.e. L row-major; the other triangle is zeroed."""
+    f = _Fn("rj_linalg_cholesky")
+    a, out = f.data(0), f.data(1)
+    B, n, _ = f.last2(0)
+    nn = f.mul(n, n)
+    f.memcpy(out, a, f.mul(B, nn))
+    pn, ld, info, uplo = f.i32(n), f.i32(f.max1(n)), f.alloca("i32"), f.char("U")
+
+    def body(i):
+        p = f.at(out, f.mul(i, nn))
+        f.lapack("dpotrf", uplo, pn, p, ld, info)
+        f.check_info(info, lambda: None)
+
+        def row(r):
+            rowp = f.at(p, f.mul(r, n))
+            f.loop(n, lambda c: f.emit(f"store double 0.0, ptr {f.at(rowp, c)}"),
+                   start=f.v("i64", f"add i64 {r}, 1"))
+        f.loop(n, row)
+    f.loop(B, body)
+    f.emit("ret i32 0")
+    return f.text()
+
+
+def _qr() -> str:
+    """a: (..., m, n) -> q: (..., m, k), r: (..., k, n), k = min(m, n) (reduced QR).
+    Row-major A is column-major A^T (n x m); its LQ factorization A^T = L Q' gives R = L^T
+    (the first k columns of the factored matrix, read row-major) and Q = Q'^T (orglq's
+    k x m result)."""
+    f = _Fn("rj_linalg_qr")
+    a, q, r = f.data(0), f.data(1), f.data(2)
+    B, m, n = f.last2(0)
+    k = f.v("i64", f"call i64 @llvm.smin.i64(i64 {m}, i64 {n})")
+    mn, mk, kn = f.mul(m, n), f.mul(m, k), f.mul(k, n)
+    w = f.malloc(f.mul(f.max1(mn), "8"))
+    tau = f.malloc(f.mul(f.max1(k), "8"))
+    lwork = f.mul(f.max1(f.v("i64", f"call i64 @llvm.smax.i64(i64 {m}, i64 {n})")), str(WORK_PER_ROW))
+    work = f.malloc(f.mul(lwork, "8"))
+    pm, pn, pk = f.i32(m), f.i32(n), f.i32(k)
+    ldn, ldk, pl, info = f.i32(f.max1(n)), f.i32(f.max1(k)), f.i32(lwork), f.alloca("i32")
+    cleanup = _free(f, w, tau, work)
+
+    def body(i):
+        f.memcpy(w, f.at(a, f.mul(i, mn)), mn)
+        f.lapack("dgelqf", pn, pm, w, ldn, tau, work, pl, info)
+        f.check_info(info, cleanup)
+        rb, qb = f.at(r, f.mul(i, kn)), f.at(q, f.mul(i, mk))
+
+        def rcol(j):            # R[j, :] = L[:, j] with L[ii, j] = 0 above the diagonal
+            def elem(ii):
+                off = f.v("i64", f"add i64 {f.mul(j, n)}, {ii}")
+                x = f.v("double", f"load double, ptr {f.at(w, off)}")
+                below = f.v("i1", f"icmp sge i64 {ii}, {j}")
+                f.emit(f"store double {f.v('double', f'select i1 {below}, double {x}, double 0.0')}, "
+                       f"ptr {f.at(rb, off)}")
+            f.loop(n, elem)
+        f.loop(k, rcol)
+
+        def qcol(c):            # the first k rows of the factored n x m matrix, ld k
+            def elem(ii):
+                x = f.v("double", f"load double, ptr {f.at(w, f.v('i64', f'add i64 {f.mul(c, n)}, {ii}'))}")
+                f.emit(f"store double {x}, ptr {f.at(qb, f.v('i64', f'add i64 {f.mul(c, k)}, {ii}'))}")
+            f.loop(k, elem)
+        f.loop(m, qcol)
+        f.lapack("dorglq", pk, pm, pk, qb, ldk, tau, work, pl, info)
+        f.check_info(info, cleanup)
+    f.loop(B, body)
+    cleanup()
+    f.emit("ret i32 0")
+    return f.text()
+
+
+FUNCTIONS = {"solve": _solve, "inv": _inv, "det": _det, "cholesky": _cholesky, "qr": _qr}
+
+
+def _capsule_address(routine: str) -> int:
+    from scipy.linalg import cython_lapack
+    cap = cython_lapack.__pyx_capi__[routine]
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get_ptr(cap, get_name(cap))
+
+
+def module_text() -> str:
+    decls = [f"declare void @rj_lapack_{r}({', '.join(['ptr'] * n)})" for r, n in LAPACK.items()]
+    decls += ["declare ptr @malloc(i64)", "declare void @free(ptr)",
+              "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+              "declare i64 @llvm.smax.i64(i64, i64)", "declare i64 @llvm.smin.i64(i64, i64)",
+              "declare double @llvm.log.f64(double)",
+              "declare double @llvm.exp.f64(double)", "declare double @llvm.fabs.f64(double)"]
+    return "\n".join(decls) + "\n\n" + "\n\n".join(make() for make in FUNCTIONS.values()) + "\n"
+
+
+_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled():
+    from .runtime import compile_llvm
+    target.init()
+    with _LOCK:
+        for r in LAPACK:
+            llvm.add_symbol(f"rj_lapack_{r}", _capsule_address(r))
+    cm = compile_llvm(module_text(), [])
+    return cm, {name: cm.engine.get_function_address(f"rj_linalg_{name}") for name in FUNCTIONS}
+
+
+def address(name: str) -> int:
+    """The address of native ``linalg.<name>`` (compiled on first use)."""
+    return _compiled()[1][name]
+
+
+def _loader(name):
+    from ...library import loader
+    return loader(lambda: address(name))
+
+
+solve, inv, det, cholesky, qr = (_loader(n) for n in ("solve", "inv", "det", "cholesky", "qr"))

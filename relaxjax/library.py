@@ -1,0 +1,388 @@
+"""External functions called in destination-passing style: ``rj.call_library``.
+
+A library function is registered once by name with one implementation per kind of backend
+(:func:`register_library`) and called from traced code (or eagerly) with its inputs and the
+struct info of its outputs (:func:`call_library`).  Inside ``@rj.jit`` the call becomes a
+binding ``call_library("name", x, ...)`` whose callee is a :class:`LibraryFunc`; every
+backend runs it through the registry:
+
+* ``llvm``: a *native* ``cpu`` implementation (a C function pointer with the ABI below) is
+  called directly from the generated segment code, without the GIL and without a trip
+  through Python; a Python ``cpu`` callable runs between segments as a host operation.
+* ``numpy`` (the reference backend) and ``cuda-emulated``: the ``numpy`` callable
+  (default: the ``cpu`` callable when it is Python).
+* ``cuda``: the ``cuda`` callable, on CuPy arrays.
+
+Native ABI (``RJ_LIBRARY_ABI``)::
+
+    int32_t f(void *const *data, const int64_t *shapes, const int64_t *ndims, int64_t nargs);
+
+``nargs`` arrays are passed, the inputs in call order and then the outputs; ``data[i]`` is
+array ``i``'s C-contiguous data, ``ndims[i]`` its rank and ``shapes`` all the arrays' dims
+concatenated (array 0's ``ndims[0]`` dims, then array 1's, ...).  Outputs are fresh buffers
+(never aliasing an input, contents undefined) that the function must fill; inputs are
+read-only.  dtypes are not passed: a name stands for fixed dtypes (register one name per
+dtype).  Return 0 on success; any other value is a failure status, turned into the
+exception the registration's ``error`` gives (default ``RuntimeError``) after the call.
+The function runs without the GIL, possibly on several threads at once.
+
+Python implementations are called ``f(*inputs, *outputs)`` with NumPy arrays (CuPy arrays
+for ``cuda``), write the outputs in place, and may return a nonzero int status (or raise).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dtypes as dt
+from .shapes import dim_str, free_symbols, is_symbolic
+
+__all__ = ["register_library", "call_library", "lookup", "registered_libraries", "LibraryFunc",
+           "LibraryImpl", "lazy", "NATIVE_SIGNATURE"]
+
+RJ_LIBRARY_ABI = ("int32_t f(void *const *data, const int64_t *shapes, const int64_t *ndims, "
+                  "int64_t nargs)")
+
+#: the ctypes prototype of a native implementation
+NATIVE_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+                                    ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                                    ctypes.c_int64)
+
+
+@dataclass(eq=False)
+class LibraryFunc:
+    """The callee of a ``call_library`` binding: a registered function, by name."""
+    name: str
+    call_kind = "library"
+
+    def text(self) -> str:
+        return f"# library {self.name}"
+
+
+class lazy:
+    """An implementation resolved at first use from ``"package.module:attribute"`` (an
+    attribute that is a zero-argument function is called): keeps heavy imports (CuPy,
+    compiled LAPACK wrappers) out of registration."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._value = None
+
+    def resolve(self):
+        if self._value is None:
+            mod, _, attr = self.path.partition(":")
+            v = getattr(importlib.import_module(mod), attr)
+            self._value = v() if getattr(v, "_rj_loader", False) else v
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"lazy({self.path!r})"
+
+
+def loader(fn: Callable) -> Callable:
+    """Mark a zero-argument function that :class:`lazy` calls to get the implementation."""
+    fn._rj_loader = True
+    return fn
+
+
+def native_address(f: Any) -> int | None:
+    """The address of a native function (an int, a ctypes function pointer or a cffi
+    function), or None when ``f`` is a Python callable."""
+    if isinstance(f, bool):
+        raise TypeError("a library implementation cannot be a bool")
+    if isinstance(f, (int, np.integer)):
+        if int(f) == 0:
+            raise ValueError("a native library implementation cannot be a null pointer")
+        return int(f)
+    if isinstance(f, ctypes._CFuncPtr):                     # CDLL attributes, CFUNCTYPE(...)
+        return ctypes.cast(f, ctypes.c_void_p).value
+    if type(f).__module__ == "_cffi_backend":             # cffi: ffi.cast / lib.f
+        import cffi
+        return int(cffi.FFI().cast("uintptr_t", f))
+    return None
+
+
+class LibraryImpl:
+    """One registered library function (see :func:`register_library`)."""
+
+    def __init__(self, name, cpu, cuda, numpy, num_inputs, num_outputs, out_dtypes, error, version):
+        self.name = name
+        self._cpu, self._cuda, self._numpy = cpu, cuda, numpy
+        self.num_inputs, self.num_outputs, self.out_dtypes = num_inputs, num_outputs, out_dtypes
+        self.error = error
+        self.version = version          # bumped by each registration: native symbols are renamed
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _resolved(f):
+        return f.resolve() if isinstance(f, lazy) else f
+
+    @property
+    def cpu(self):
+        return self._resolved(self._cpu)
+
+    @property
+    def cpu_native(self) -> int | None:
+        """The address of the native cpu implementation, or None."""
+        c = self.cpu
+        return None if c is None or c is BUILTIN else native_address(c)
+
+    @property
+    def cpu_python(self) -> Callable | None:
+        c = self.cpu
+        return c if c is not None and c is not BUILTIN and native_address(c) is None else None
+
+    @property
+    def numpy(self) -> Callable | None:
+        n = self._resolved(self._numpy)
+        return n if n is not None else self.cpu_python
+
+    @property
+    def cuda(self) -> Callable | None:
+        return self._resolved(self._cuda)
+
+    # -- checks and errors --------------------------------------------------------------------
+    def check_call(self, in_types: Sequence, out_types: Sequence) -> None:
+        """Raise TypeError when the call does not fit the registration."""
+        if self.num_inputs is not None and len(in_types) != self.num_inputs:
+            raise TypeError(f"call_library({self.name!r}): takes {self.num_inputs} inputs, "
+                            f"got {len(in_types)}")
+        if self.num_outputs is not None and len(out_types) != self.num_outputs:
+            raise TypeError(f"call_library({self.name!r}): produces {self.num_outputs} outputs, "
+                            f"got {len(out_types)} out structs")
+        if self.out_dtypes is not None:
+            want = self.out_dtypes
+            if callable(want):
+                want = want(*[np.dtype(t.dtype) for t in in_types])
+            want = [np.dtype(d) for d in want]
+            got = [np.dtype(t.dtype) for t in out_types]
+            if len(want) != len(got):
+                raise TypeError(f"call_library({self.name!r}): produces {len(want)} outputs, "
+                                f"got {len(got)} out structs")
+            for k, (w, g) in enumerate(zip(want, got)):
+                if w != g:
+                    raise TypeError(f"call_library({self.name!r}): output {k} is {w}, the out "
+                                    f"struct says {g}")
+
+    def raise_status(self, status: int) -> None:
+        if self.error is not None:
+            e = self.error(int(status))
+            if e is not None:
+                raise e
+        raise RuntimeError(f"library function {self.name!r} failed with status {int(status)}")
+
+    def missing(self, backend: str, kind: str) -> NotImplementedError:
+        return NotImplementedError(
+            f"library function {self.name!r} has no implementation for the {backend!r} backend; "
+            f"register one with rj.register_library({self.name!r}, {kind}=...)")
+
+    # -- running on NumPy arrays -----------------------------------------------------------------
+    def run_numpy(self, inputs: list, outputs: list) -> None:
+        """Run on host arrays: the numpy callable, else the cpu one (Python or native)."""
+        fn = self.numpy
+        if fn is not None:
+            status = fn(*inputs, *outputs)
+        elif self.cpu_native is not None:
+            status = call_native(self.cpu_native, inputs, outputs)
+        else:
+            raise self.missing("numpy", "numpy")
+        if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
+            self.raise_status(status)
+
+    def __repr__(self) -> str:
+        return f"LibraryImpl({self.name!r})"
+
+
+BUILTIN = object()          # cpu implementation generated by the LLVM backend itself (gemm)
+
+_REGISTRY: dict[str, LibraryImpl] = {}
+_VERSIONS: dict[str, int] = {}
+_LOCK = threading.Lock()
+
+
+def register_library(name: str, *, cpu: Any = None, cuda: Any = None, numpy: Any = None,
+                     num_inputs: int | None = None, num_outputs: int | None = None,
+                     out_dtypes: Sequence | Callable | None = None,
+                     error: Callable[[int], BaseException] | None = None) -> None:
+    """Register (or replace) the implementations of library function ``name``.
+
+    ``cpu``: a native function (int address, ctypes function pointer, cffi function) with the
+    ABI in this module's docstring, called directly from generated code; or a Python
+    callable ``f(*inputs, *outputs)``, run between native segments on the llvm backend.
+    ``numpy``: a Python callable for the numpy reference backend and the CUDA emulator
+    (default: ``cpu`` when it is Python).  ``cuda``: a Python callable on CuPy arrays.
+    Any of them may be a :class:`lazy` reference.  ``num_inputs``/``num_outputs``/
+    ``out_dtypes`` (dtypes, or a function of the input dtypes giving them) check calls at
+    trace time; ``error(status)`` turns a nonzero status into the exception to raise.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a library function name must be a non-empty str, got {name!r}")
+    if cpu is None and cuda is None and numpy is None:
+        raise ValueError(f"register_library({name!r}): give at least one of cpu=, cuda=, numpy=")
+    for kind, f in (("cpu", cpu), ("cuda", cuda), ("numpy", numpy)):
+        if f is None or f is BUILTIN or isinstance(f, lazy):
+            continue
+        if kind == "cpu" and native_address(f) is not None:
+            continue
+        if not callable(f):
+            raise TypeError(f"register_library({name!r}): {kind}= must be "
+                            f"{'a function pointer or ' if kind == 'cpu' else ''}a callable, "
+                            f"got {type(f).__name__}")
+    if out_dtypes is not None and not callable(out_dtypes):
+        out_dtypes = [dt.canonical(d) for d in out_dtypes]
+        if num_outputs is not None and len(out_dtypes) != num_outputs:
+            raise ValueError(f"register_library({name!r}): {len(out_dtypes)} out_dtypes for "
+                             f"num_outputs={num_outputs}")
+    with _LOCK:
+        version = _VERSIONS[name] = _VERSIONS.get(name, 0) + 1
+        _REGISTRY[name] = LibraryImpl(name, cpu, cuda, numpy, num_inputs, num_outputs, out_dtypes,
+                                      error, version)
+
+
+def lookup(name: str) -> LibraryImpl:
+    """The registration of ``name``; ``KeyError`` naming the registered functions if none."""
+    impl = _REGISTRY.get(name)
+    if impl is None:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"unknown library function {name!r}; register it with "
+                       f"rj.register_library({name!r}, cpu=..., numpy=...) (registered: {known})")
+    return impl
+
+
+def registered_libraries() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def contiguous(a) -> np.ndarray:
+    """``a`` as a C-contiguous NumPy array (np.ascontiguousarray would make a 0-d array 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
+def call_native(address: int, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> int:
+    """Call a native implementation through ctypes (eager calls; the LLVM backend calls it
+    from generated code instead)."""
+    arrays = list(inputs) + list(outputs)
+    for a in arrays:
+        if not a.flags.c_contiguous:
+            raise ValueError("internal error: native library calls need C-contiguous arrays")
+    n = len(arrays)
+    data = (ctypes.c_void_p * max(n, 1))(*[a.ctypes.data for a in arrays])
+    shapes = [int(d) for a in arrays for d in a.shape]
+    sh = (ctypes.c_int64 * max(len(shapes), 1))(*shapes)
+    nd = (ctypes.c_int64 * max(n, 1))(*[a.ndim for a in arrays])
+    return int(NATIVE_SIGNATURE(address)(data, sh, nd, n))
+
+
+# ---------------------------------------------------------------------------------------------
+# call_library
+# ---------------------------------------------------------------------------------------------
+
+def _out_structs(name: str, out) -> tuple[list, bool]:
+    from .jit import ShapeDtypeStruct
+    single = isinstance(out, ShapeDtypeStruct)
+    structs = [out] if single else out
+    if not isinstance(structs, (list, tuple)) or not all(isinstance(s, ShapeDtypeStruct) for s in structs):
+        raise TypeError(f"call_library({name!r}): out= must be a ShapeDtypeStruct or a list of "
+                        f"them, got {out!r}")
+    return list(structs), single
+
+
+def call_library(name: str, *args, out):
+    """Call registered library function ``name`` on ``args`` in destination-passing style:
+    ``out`` (a ``ShapeDtypeStruct`` or a list/tuple of them, whose shapes may use the
+    inputs' symbolic dims) describes the outputs the function fills.  Returns one array for
+    a single struct, else a list/tuple of arrays.  Inside ``@rj.jit`` this records a
+    ``call_library`` binding; on NumPy arrays it runs the numpy (else cpu) implementation."""
+    from .core import current_trace, find_trace
+    impl = lookup(name)
+    structs, single = _out_structs(name, out)
+    trace = find_trace(args)
+    if trace is None and any(isinstance(d, str) or not isinstance(d, (int, np.integer))
+                             for s in structs for d in s.shape):
+        trace = current_trace()
+    if trace is not None:
+        outs = _emit(trace, impl, args, structs)
+    else:
+        outs = _eager(impl, args, structs)
+    if single:
+        return outs[0]
+    return tuple(outs) if isinstance(out, tuple) else outs
+
+
+def _emit(ctx, impl: LibraryImpl, args, structs) -> list:
+    from .core import Tracer, user_source
+    from .ir import Binding, TensorType, Var
+    from .shapes import as_dim, symbol
+    atoms = [ctx.atom(a) for a in args]
+    in_types = [a.type.substitute(ctx.env.subst) for a in atoms]
+    known = set(ctx.env.bounds)
+    out_types = []
+    for k, s in enumerate(structs):
+        shape = []
+        for d in s.shape:
+            e = symbol(d) if isinstance(d, str) else as_dim(d, f"call_library({impl.name!r}) out dim")
+            e = ctx.env.canon(e)
+            unknown = free_symbols(e) - known if is_symbolic(e) else set()
+            if unknown:
+                raise ValueError(
+                    f"call_library({impl.name!r}): out struct {k} has dim {dim_str(e)} using "
+                    f"{', '.join(sorted(x.name for x in unknown))}, which no input binds; build "
+                    f"out shapes from the inputs' shapes (x.shape[0], ...)")
+            if isinstance(e, int) and e < 0:
+                raise ValueError(f"call_library({impl.name!r}): negative dim {e} in out struct {k}")
+            shape.append(e)
+        out_types.append(TensorType(tuple(shape), np.dtype(s.dtype)))
+    impl.check_call(in_types, out_types)
+    outvars = [Var(t) for t in out_types]
+    ctx.bindings.append(Binding(outvars, LibraryFunc(impl.name), atoms, {}, user_source()))
+    return [Tracer(ctx, v) for v in outvars]
+
+
+def _eager(impl: LibraryImpl, args, structs) -> list:
+    inputs = []
+    for a in args:
+        a = contiguous(a)
+        dt.canonical(a.dtype)
+        inputs.append(a)
+    outs = []
+    for k, s in enumerate(structs):
+        shape = []
+        for d in s.shape:
+            if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
+                raise TypeError(f"call_library({impl.name!r}) on NumPy arrays: out struct {k} "
+                                f"needs non-negative int dims, got {d!r}")
+            shape.append(int(d))
+        outs.append(np.empty(tuple(shape), s.dtype))
+    from .ir import TensorType
+    impl.check_call([TensorType(a.shape, a.dtype) for a in inputs],
+                    [TensorType(o.shape, o.dtype) for o in outs])
+    impl.run_numpy(inputs, outs)
+    return outs
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in registrations: the gemm that Legalize produces for float matmul
+# ---------------------------------------------------------------------------------------------
+
+def _matmul_numpy(a, b, out):
+    if out.size:
+        np.matmul(a, b, out=out)
+
+
+def _matmul_cuda(a, b, out):
+    import cupy
+    if out.size:
+        cupy.matmul(a, b, out=out)
+
+
+for _n, _d in (("blas.sgemm", "float32"), ("blas.dgemm", "float64")):
+    # cpu: the LLVM backend emits the (batched, broadcast) CBLAS call itself
+    register_library(_n, cpu=BUILTIN, numpy=_matmul_numpy, cuda=_matmul_cuda, num_inputs=2,
+                     num_outputs=1, out_dtypes=[_d])
+del _n, _d

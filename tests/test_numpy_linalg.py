@@ -1,0 +1,227 @@
+"""relaxjax.numpy.linalg against numpy.linalg on every backend (the CUDA emulator included):
+solve, inv, det, cholesky, qr (library calls) and norm, with symbolic and batched shapes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+from relaxjax.backends import available_backends
+from relaxjax.numpy.linalg import LinAlgShapeError
+from helpers import assert_same, check
+
+S = rj.ShapeDtypeStruct
+BACKENDS = sorted(set(available_backends()) | {"cuda-emulated"})
+SIZES = st.sampled_from([1, 2, 3, 5, 7, 13])
+BATCH = st.lists(st.sampled_from([1, 2, 3]), min_size=0, max_size=2).map(tuple)
+DTYPES = st.sampled_from(["float64", "float32", "int64"])
+_JITS: dict = {}
+
+
+def tol(dtype):
+    return dict(rtol=2e-5, atol=2e-5) if np.dtype(dtype) == np.float32 else dict(rtol=1e-9, atol=1e-9)
+
+
+def general(seed, shape, dtype):
+    """Diagonally dominant (so well-conditioned) and not symmetric (a transposed operand
+    would show)."""
+    rng = np.random.default_rng(seed)
+    n = shape[-1]
+    b = rng.integers(-1, 2, shape) if np.dtype(dtype).kind == "i" else rng.uniform(-1, 1, shape)
+    return (b + (n + 1) * np.eye(n, dtype=int)).astype(dtype)
+
+
+def spd(seed, shape, dtype):
+    """B B^T + n I: symmetric positive definite."""
+    rng = np.random.default_rng(seed)
+    n = shape[-1]
+    b = rng.integers(-2, 3, shape) if np.dtype(dtype).kind == "i" else rng.uniform(-1, 1, shape)
+    return (b @ np.swapaxes(b, -1, -2) + n * np.eye(n, dtype=int)).astype(dtype)
+
+
+def check_all(key, fn, np_fn, *args, **t):
+    """Every backend and eager mode; plus one jitted function per ``key`` reused across
+    examples, so later examples run an entry traced for other sizes."""
+    want = check(fn, np_fn, *args, backends=BACKENDS, **t)
+    f = _JITS.setdefault(key, rj.jit(fn))
+    assert_same(f(*args), want, **t)
+    return want
+
+
+@settings(max_examples=25)
+@given(batch_a=BATCH, n=SIZES, k=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data())
+def test_solve_matrix_rhs(batch_a, n, k, dtype, seed, data):
+    # b's batch dims broadcast against a's: some dropped, some 1, and a may broadcast too
+    batch_b = tuple(data.draw(st.sampled_from([d, 1])) for d in batch_a)
+    batch_b = batch_b[data.draw(st.integers(0, len(batch_b))):]
+    if batch_a and batch_b and data.draw(st.booleans()):
+        batch_a, batch_b = batch_a[:-1] + (1,), batch_b[:-1] + (batch_a[-1],)
+    a = general(seed, batch_a + (n, n), dtype)
+    b = np.random.default_rng(seed + 1).uniform(-5, 5, batch_b + (n, k)).astype(dtype)
+    check_all(("solve", a.ndim, b.ndim, dtype), lambda a, b: rnp.linalg.solve(a, b), np.linalg.solve,
+              a, b, **tol(dtype))
+
+
+@settings(max_examples=20)
+@given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_solve_vector_rhs(batch, n, dtype, seed):
+    a = general(seed, batch + (n, n), dtype)
+    b = np.random.default_rng(seed + 1).uniform(-5, 5, (n,)).astype(dtype)
+    check_all(("solve1", a.ndim, dtype), lambda a, b: rnp.linalg.solve(a, b), np.linalg.solve, a, b,
+              **tol(dtype))
+
+
+@pytest.mark.parametrize("name", ["inv", "det"])
+@settings(max_examples=20)
+@given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_inv_det(name, batch, n, dtype, seed):
+    a = general(seed, batch + (n, n), dtype)
+    t = tol(dtype)
+    if name == "det":
+        t = dict(rtol=t["rtol"] * 10, atol=0)
+    check_all((name, a.ndim, dtype), getattr(rnp.linalg, name), getattr(np.linalg, name), a, **t)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@settings(max_examples=20)
+@given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_cholesky(upper, batch, n, dtype, seed):
+    a = spd(seed, batch + (n, n), dtype)
+    if n > 1:               # only one triangle is read, as in NumPy: spoil the other
+        a[..., -1, 0] += 1000 if upper else 0
+        a[..., 0, -1] += 0 if upper else 1000
+    check_all(("cholesky", upper, a.ndim, dtype), lambda a: rnp.linalg.cholesky(a, upper=upper),
+              lambda a: np.linalg.cholesky(a, upper=upper), a, **tol(dtype))
+
+
+@settings(max_examples=25)
+@given(batch=BATCH, m=SIZES, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_qr(batch, m, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-3, 3, batch + (m, n))
+    a = (np.round(a) if dtype == "int64" else a).astype(dtype)
+    t = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-8, atol=1e-8)
+    q, r = check_all(("qr", a.ndim, dtype), lambda a: tuple(rnp.linalg.qr(a)),
+                     lambda a: tuple(np.linalg.qr(a)), a, **t)
+    assert_same(rnp.linalg.qr(a, mode="r"), r, **t)
+
+
+NORMS = [dict(), dict(ord=2), dict(ord=1), dict(ord=np.inf), dict(ord=-np.inf), dict(ord=0), dict(ord=3),
+         dict(ord=0.5)]
+MATRIX_NORMS = [dict(), dict(ord="fro"), dict(ord=1), dict(ord=-1), dict(ord=np.inf), dict(ord=-np.inf)]
+
+
+@pytest.mark.parametrize("kw", NORMS, ids=str)
+@settings(max_examples=8)
+@given(shape=st.lists(SIZES, min_size=1, max_size=3).map(tuple), keepdims=st.booleans(),
+       dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data())
+def test_vector_norm(kw, shape, keepdims, dtype, seed, data):
+    x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(dtype)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    kw = dict(kw, axis=axis, keepdims=keepdims)
+    t = tol(dtype) if dtype != "float32" else dict(rtol=1e-4, atol=1e-4)
+    check_all(("vnorm", str(kw), len(shape), dtype), lambda x: rnp.linalg.norm(x, **kw),
+              lambda x: np.linalg.norm(x, **kw), x, **t)
+
+
+@pytest.mark.parametrize("kw", MATRIX_NORMS, ids=str)
+@settings(max_examples=6)
+@given(shape=st.lists(SIZES, min_size=2, max_size=3).map(tuple), keepdims=st.booleans(),
+       dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data())
+def test_matrix_norm(kw, shape, keepdims, dtype, seed, data):
+    x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(dtype)
+    axes = data.draw(st.permutations(range(len(shape))))[:2]
+    kw = dict(kw, axis=tuple(axes), keepdims=keepdims)
+    t = tol(dtype) if dtype != "float32" else dict(rtol=1e-4, atol=1e-4)
+    check_all(("mnorm", str(kw), len(shape), dtype), lambda x: rnp.linalg.norm(x, **kw),
+              lambda x: np.linalg.norm(x, **kw), x, **t)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4)])
+def test_norm_default(shape):
+    x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) - 3
+    check(lambda x: rnp.linalg.norm(x), np.linalg.norm, x, backends=BACKENDS)
+    check(lambda x: rnp.linalg.norm(x, keepdims=True), lambda x: np.linalg.norm(x, keepdims=True), x,
+          backends=BACKENDS)
+
+
+# -- symbolic shapes ----------------------------------------------------------------------------
+
+def test_one_compile_for_every_size():
+    b, n = rj.dims("b n")
+    f = rj.jit(lambda a, y: (rnp.linalg.solve(a, y), rnp.linalg.det(a), rnp.linalg.inv(a)),
+               shapes=(S((b, n, n), "float64"), S((b, n, 2), "float64")))
+    for bs, ns in ((1, 1), (2, 3), (3, 13), (1, 64)):
+        a = general(ns, (bs, ns, ns), "float64")
+        y = np.ones((bs, ns, 2))
+        assert_same(f(a, y), (np.linalg.solve(a, y), np.linalg.det(a), np.linalg.inv(a)), rtol=1e-9, atol=1e-9)
+    assert f.cache_info().compiles == 1
+    text = f.lower(S((b, n, n), "float64"), S((b, n, 2), "float64")).as_text("optimized")
+    for name in ("solve", "det", "inv"):
+        assert f'call_library("linalg.{name}"' in text
+
+
+def test_qr_symbolic_min():
+    m, n = rj.dims("m n")
+    f = rj.jit(lambda a: tuple(rnp.linalg.qr(a)), shapes=(S((m, n), "float64"),))
+    for ms, ns in ((5, 3), (3, 5), (4, 4), (1, 6)):
+        a = np.random.default_rng(ms * ns).standard_normal((ms, ns))
+        assert_same(f(a), tuple(np.linalg.qr(a)), rtol=1e-9, atol=1e-9)
+    assert f.cache_info().compiles == 1
+    assert "min(m, n)" in f.lower(S((m, n), "float64")).as_text()
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_singular_and_not_positive_definite(backend):
+    sing = np.array([[1.0, 2.0], [2.0, 4.0]])
+    for fn in (rnp.linalg.inv, lambda a: rnp.linalg.solve(a, np.ones(2))):
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            rj.jit(fn, backend=backend)(sing)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        rj.jit(rnp.linalg.inv, backend=backend)(np.stack([np.eye(3), np.zeros((3, 3))]))
+    assert_same(rj.jit(rnp.linalg.det, backend=backend)(sing), np.linalg.det(sing))
+    with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
+        rj.jit(rnp.linalg.cholesky, backend=backend)(-np.eye(3))
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        rnp.linalg.inv(sing)                                              # eager
+
+
+def test_non_square_at_trace_time():
+    with pytest.raises(LinAlgShapeError, match=r"argument a of shape \(a0, a1\) must be square.*a0=3, a1=4"):
+        rj.jit(rnp.linalg.inv)(np.ones((3, 4)))
+    with pytest.raises(np.linalg.LinAlgError):                           # NumPy's exception too
+        rnp.linalg.det(np.ones((2, 3)))
+    with pytest.raises(rj.ShapeError, match="must be square"):
+        rj.jit(lambda a, b: rnp.linalg.solve(a, b))(np.ones((2, 3)), np.ones(3))
+    with pytest.raises(LinAlgShapeError, match="1-dimensional"):
+        rnp.linalg.cholesky(np.ones(3))
+    with pytest.raises(rj.ShapeError, match="does not match"):
+        rj.jit(lambda a, b: rnp.linalg.solve(a, b))(np.eye(3), np.ones(4))
+    n, k = rj.dims("n k")
+    with pytest.raises(rj.InconclusiveDimensionError, match="square"):   # not provable: say so
+        rj.jit(rnp.linalg.inv, shapes=(S((n, k), "float64"),)).lower(S((n, k), "float64"))
+
+
+def test_symbolic_square_guard():
+    """In automatic mode a square input's two dims become one symbol (a guard)."""
+    f = rj.jit(rnp.linalg.inv)
+    assert_same(f(general(0, (4, 4), "float64")), np.linalg.inv(general(0, (4, 4), "float64")))
+    assert_same(f(general(0, (6, 6), "float64")), np.linalg.inv(general(0, (6, 6), "float64")))
+    assert f.cache_info().compiles == 1
+    with pytest.raises(LinAlgShapeError):
+        f(np.ones((4, 5)))
+
+
+def test_dtypes():
+    with pytest.raises(TypeError, match="float16 is unsupported"):
+        rnp.linalg.inv(np.eye(2, dtype=np.float16))
+    a = general(0, (3, 3), "float32")
+    assert rj.jit(rnp.linalg.inv)(a).dtype == np.float32
+    assert rj.jit(rnp.linalg.det)(a.astype(np.int32)).dtype == np.float64
+    assert rj.jit(lambda a, b: rnp.linalg.solve(a, b))(a, np.ones(3)).dtype == np.float64
+    with pytest.raises(NotImplementedError, match="mode 'complete'"):
+        rnp.linalg.qr(a, mode="complete")
+    with pytest.raises(NotImplementedError, match="singular values"):
+        rnp.linalg.norm(a, 2)
