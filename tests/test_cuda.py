@@ -33,6 +33,8 @@ from relaxjax.backends.cuda.device import module_source
 from relaxjax.core import PRIMITIVES
 from helpers import SMALL_SIZES, arrays, assert_same, tolerance
 from test_elementwise import BINARY, UNARY
+from test_fusion import layer_norm_by_hand, mlp
+from test_kernel import row_scale, row_sum
 from test_reductions import REDUCTIONS
 
 S = rj.ShapeDtypeStruct
@@ -106,17 +108,6 @@ def _corpus() -> list:
         Program("match_cast", lambda x: rj.match_cast(x * 2.0, (n, m)) + 1.0, (S((n, m), f32),)),
     ]
     out += more
-    gelu_c = math.sqrt(2.0 / math.pi)
-
-    def w3(x, g, b):
-        mu = rnp.mean(x, axis=-1, keepdims=True)
-        xc = x - mu
-        var = rnp.mean(xc * xc, axis=-1, keepdims=True)
-        return xc * (1.0 / rnp.sqrt(var + 1e-5)) * g + b
-
-    def w4(x, w1, b1, w2, b2):
-        h = x @ w1 + b1
-        return (0.5 * h * (1.0 + rnp.tanh(gelu_c * (h + 0.044715 * h * h * h)))) @ w2 + b2
 
     def w5(q, k, v):
         s = (q @ k.T) * (1.0 / math.sqrt(q.shape[-1]))
@@ -127,9 +118,9 @@ def _corpus() -> list:
         Program("W2 softmax", lambda x: nn.softmax(x, axis=-1), (S((n, m), f32),)),
         # inputs in [-1, 1]: on a constant row (x - mean) is rounding noise (an ulp of x) that
         # 1/sqrt(var + 1e-5) ~ 316 and g amplify, whatever the summation order
-        Program("W3 layer norm", w3, (S((n, m), f32), S((m,), f32), S((m,), f32)), -1, 1,
+        Program("W3 layer norm", layer_norm_by_hand, (S((n, m), f32), S((m,), f32), S((m,), f32)), -1, 1,
                 tol=dict(rtol=1e-4, atol=3e-4)),
-        Program("W4 MLP", w4, (S((n, 16), f32), S((16, 32), f32), S((32,), f32), S((32, 16), f32),
+        Program("W4 MLP", mlp, (S((n, 16), f32), S((16, 32), f32), S((32,), f32), S((32, 16), f32),
                                S((16,), f32)), -1, 1, tol=t4),
         Program("W5 attention", w5, (S((n, 8), f32),) * 3, -1, 1, tol=t4),
         Program("erf gelu", lambda x: nn.gelu(x, approximate=False), (S((n, m), f32),), tol=t4),
@@ -143,31 +134,14 @@ def _corpus() -> list:
     return out
 
 
-@rj.kernel
-def _row_scale(x: rj.Buffer[("n", "m"), "float32"], s: rj.Buffer[("n",), "float32"],
-               out: rj.Buffer[("n", "m"), "float32"]):
-    for i, j in rj.grid(x.shape[0], x.shape[1]):
-        out[i, j] = x[i, j] * s[i]
-
-
-@rj.kernel
-def _row_sum(x: rj.Buffer[("n", "m"), "float32"], out: rj.Buffer[("n",), "float32"]):
-    for i in range(x.shape[0]):
-        acc = 0.0
-        for j in range(x.shape[1]):
-            if x[i, j] > 0.0:
-                acc += x[i, j]
-        out[i] = acc
-
-
 def _user_kernels() -> list:
     """Kernels users write (rj.kernel) run on the CUDA backend like generated ones."""
     f32 = "float32"
     return [
         Program("user kernel row_scale + exp",
-                lambda x, s: rnp.exp(rj.call_tir(_row_scale, x, s, out=S(x.shape, x.dtype))) + 1.0,
+                lambda x, s: rnp.exp(rj.call_tir(row_scale, x, s, out=S(x.shape, x.dtype))) + 1.0,
                 (S((n, m), f32), S((n,), f32)), -2, 2),
-        Program("user kernel row_sum", lambda x: rj.call_tir(_row_sum, x, out=S((x.shape[0],), x.dtype)),
+        Program("user kernel row_sum", lambda x: rj.call_tir(row_sum, x, out=S((x.shape[0],), x.dtype)),
                 (S((n, m), f32),), tol=dict(rtol=1e-5, atol=1e-4)),
     ]
 
