@@ -68,7 +68,9 @@ def _corpus() -> list:
             for axis in (None, 0, 1):
                 out.append(Program(f"{red.name}[{d},axis={axis}]",
                                    lambda x, r=red, a=axis: r.rj_fn(x, a, False), (S((n, m), d),),
-                                   -2 if red.name == "prod" else -10, 2 if red.name == "prod" else 10,
+                                   # |x| <= 1 for prod: partial products that overflow to inf
+                                   # meet a 0 as NaN in any order but NumPy's
+                                   -1 if red.name == "prod" else -10, 1 if red.name == "prod" else 10,
                                    tol=dict(rtol=1e-4, atol=1e-4)))
     f32, f16, f64 = "float32", "float16", "float64"
     more = [
