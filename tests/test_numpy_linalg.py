@@ -48,7 +48,7 @@ def check_all(key, fn, np_fn, *args, **t):
     return want
 
 
-@settings(max_examples=25)
+@settings(max_examples=10)
 @given(batch_a=BATCH, n=SIZES, k=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data())
 def test_solve_matrix_rhs(batch_a, n, k, dtype, seed, data):
     # b's batch dims broadcast against a's: some dropped, some 1, and a may broadcast too
@@ -62,7 +62,7 @@ def test_solve_matrix_rhs(batch_a, n, k, dtype, seed, data):
               a, b, **tol(dtype))
 
 
-@settings(max_examples=20)
+@settings(max_examples=10)
 @given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
 def test_solve_vector_rhs(batch, n, dtype, seed):
     a = general(seed, batch + (n, n), dtype)
@@ -72,7 +72,7 @@ def test_solve_vector_rhs(batch, n, dtype, seed):
 
 
 @pytest.mark.parametrize("name", ["inv", "det"])
-@settings(max_examples=20)
+@settings(max_examples=10)
 @given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
 def test_inv_det(name, batch, n, dtype, seed):
     a = general(seed, batch + (n, n), dtype)
@@ -83,7 +83,7 @@ def test_inv_det(name, batch, n, dtype, seed):
 
 
 @pytest.mark.parametrize("upper", [False, True])
-@settings(max_examples=20)
+@settings(max_examples=10)
 @given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
 def test_cholesky(upper, batch, n, dtype, seed):
     a = spd(seed, batch + (n, n), dtype)
@@ -94,7 +94,7 @@ def test_cholesky(upper, batch, n, dtype, seed):
               lambda a: np.linalg.cholesky(a, upper=upper), a, **tol(dtype))
 
 
-@settings(max_examples=25)
+@settings(max_examples=10)
 @given(batch=BATCH, m=SIZES, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
 def test_qr(batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
