@@ -346,7 +346,7 @@ def test_runtime_globals_reach_cached_code(cache_dir):
         assert ctypes.c_int64.in_dll(lib, "rj_parallel_min_work").value == 12345
     finally:
         runtime.set_num_threads(old)
-        runtime.set_parallel_threshold(1 << 15)
+        runtime.set_parallel_threshold(runtime.DEFAULT_PARALLEL_MIN_WORK)
     assert ctypes.c_void_p.in_dll(lib, "rj_blas_sgemm").value == target.blas_function("sgemm")
 
 

@@ -35,13 +35,18 @@ from .host import HostCheck, HostOp, LibraryHostCall, Segment, SegmentEmitter, c
 # MCJIT-compiled code they resolve to these ctypes objects (``llvm.add_symbol``); shared
 # libraries from the persistent cache resolve them from the small runtime library
 # (``_RUNTIME_TEXT``, itself cached), whose copies are kept equal to these (``_set_global``).
+# Below 128 K elements a kernel runs in tens of microseconds on one core, about what a fork
+# and join of the OpenMP team costs when OpenBLAS's workers still spin after a gemm and the
+# two pools fight for the cores (attention at s = 128: 830 us with a 32 K threshold, 170 us
+# with this one).
+DEFAULT_PARALLEL_MIN_WORK = 1 << 17
 NUM_THREADS = ctypes.c_int32(0)
-PARALLEL_MIN_WORK = ctypes.c_int64(1 << 15)
+PARALLEL_MIN_WORK = ctypes.c_int64(DEFAULT_PARALLEL_MIN_WORK)
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
                   "rj_blas_sgemm": [ctypes.c_void_p(None)], "rj_blas_dgemm": [ctypes.c_void_p(None)]}
 _RUNTIME_TEXT = """; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
-@rj_parallel_min_work = global i64 32768
+@rj_parallel_min_work = global i64 131072
 @rj_blas_sgemm = global ptr null
 @rj_blas_dgemm = global ptr null
 """
