@@ -247,13 +247,19 @@ class Jitted:
         # entry, not one each); hits take no lock
         self._lock = threading.RLock()
         # Fast dispatch for the common call: every argument a NumPy array, passed
-        # positionally, nothing static.  Keyed by (dtype, rank) per argument; each entry's
-        # binder then checks the shapes exactly as the full path would.
+        # positionally, nothing static, any explicit shape one ShapeDtypeStruct per argument.
+        # Keyed by (dtype, rank) per argument, filled by full-path calls (which check dtype
+        # and rank against explicit shapes); each entry's binder then checks the shapes
+        # exactly as the full path would, and a rejected call takes the full path, which
+        # says why.
         self._fast: dict = {}
         self._fast_arity = None
-        if self._sig is not None and shapes is None and not self.static_argnums and not names:
+        if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
-            if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps):
+            specs = (shapes,) if isinstance(shapes, ShapeDtypeStruct) else shapes
+            if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
+                    specs is None or (isinstance(specs, (tuple, list)) and len(specs) == len(ps) and
+                                      all(isinstance(s, ShapeDtypeStruct) for s in specs))):
                 self._fast_arity = len(ps)
 
     # -- public API -----------------------------------------------------------------------
