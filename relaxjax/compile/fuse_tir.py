@@ -27,7 +27,7 @@ from . import tir
 from .analysis import inline_primfunc, perfect_nest
 from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const, _dim_vars,
                        _buffer_names, _loop_kinds, elementwise_rule, reindex, scalar_literal_expr)
-from .tir import INDEX, Assign, Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
+from .tir import Assign, Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -40,25 +40,7 @@ class FusionError(Exception):
 
 
 def _to_sympy(e):
-    if isinstance(e, Const):
-        return sympy.Integer(int(e.value))
-    if isinstance(e, tir.Var):
-        return sympy.Symbol(e.name, integer=True, nonnegative=True)
-    if isinstance(e, tir.Op) and e.dtype == INDEX:
-        a = [_to_sympy(x) for x in e.args]
-        if any(x is None for x in a):
-            return None
-        if e.name == "add":
-            return a[0] + a[1]
-        if e.name == "sub":
-            return a[0] - a[1]
-        if e.name == "mul":
-            return a[0] * a[1]
-        if e.name == "floor_div":
-            return sympy.floor(a[0] / a[1])
-        if e.name == "rem":
-            return sympy.Mod(a[0], a[1])
-    return None
+    return tir.to_sympy(e, lambda v: sympy.Symbol(v.name, integer=True, nonnegative=True))
 
 
 def _same_index(a: list, b: list) -> bool:

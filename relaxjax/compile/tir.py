@@ -176,6 +176,25 @@ def from_sympy(e: Dim) -> Expr:
     raise NotImplementedError(f"dim expression {dim_str(e)} has no loop-level form")
 
 
+_TO_SYMPY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "neg": lambda a: -a, "convert": lambda a: a,
+             "floor_div": lambda a, b: sympy.floor(a / b), "rem": sympy.Mod}
+
+
+def to_sympy(e: Expr, var) -> Dim | None:
+    """An index expression as a sympy expression, the inverse of ``from_sympy``, for proofs
+    about indices.  ``var(v)`` gives the sympy form of a variable (None: unknown).  None when
+    any part has no integer meaning (a load, a float, an op other than integer arithmetic)."""
+    if isinstance(e, Const):
+        return sympy.Integer(int(e.value)) if e.dtype.kind in "iu" else None
+    if isinstance(e, Var):
+        return var(e)
+    if isinstance(e, Op) and e.dtype == INDEX and e.name in _TO_SYMPY:
+        args = [to_sympy(x, var) for x in e.args]
+        return None if any(a is None for a in args) else _TO_SYMPY[e.name](*args)
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # Buffers, statements, programs
 # ---------------------------------------------------------------------------------------

@@ -13,33 +13,14 @@ from __future__ import annotations
 
 import sympy
 
-from ..compile.tir import INDEX, Const, For, If, Load, Local, Assign, Op, Seq, Store, Var
+from ..compile.tir import Assign, For, If, Load, Local, Op, Seq, Store, to_sympy
 from ..errors import ShapeError
 from ..shapes import ShapeEnv, dim_str, normalize, symbol
 
 
 def _to_sympy(e, loops: dict, dims: set):
-    if isinstance(e, Const):
-        return sympy.Integer(int(e.value)) if e.dtype.kind in "iu" else None
-    if isinstance(e, Var):
-        if e.name in loops:
-            return loops[e.name]
-        return symbol(e.name) if e.name in dims else None
-    if isinstance(e, Op) and e.dtype == INDEX:
-        a = [_to_sympy(x, loops, dims) for x in e.args]
-        if any(x is None for x in a):
-            return None
-        if e.name == "add":
-            return a[0] + a[1]
-        if e.name == "sub":
-            return a[0] - a[1]
-        if e.name == "mul":
-            return a[0] * a[1]
-        if e.name == "neg":
-            return -a[0]
-        if e.name == "convert":
-            return a[0]
-    return None
+    return to_sympy(e, lambda v: loops[v.name] if v.name in loops else
+                    symbol(v.name) if v.name in dims else None)
 
 
 def _extreme(e, sym, lo, hi, env, loop_syms, want_max):

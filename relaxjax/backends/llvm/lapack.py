@@ -19,6 +19,7 @@ import threading
 import llvmlite.binding as llvm
 
 from . import target
+from .codegen import _Fn as codegen_Fn
 
 LAPACK = {   # routine -> number of (pointer) arguments
     "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgelqf": 8, "dorglq": 9,
@@ -28,34 +29,17 @@ FAIL = 1                # status: the matrix is singular / not positive definite
 BAD_ARGUMENT = 2        # status: LAPACK rejected an argument (a bug)
 
 
-class _Fn:
+class _Fn(codegen_Fn):
     """A small builder for straight-line LLVM IR with counted loops (counters live in
-    allocas; the optimiser promotes them to registers)."""
+    allocas; the optimiser promotes them to registers), on the kernel generator's SSA and
+    label naming."""
 
     def __init__(self, name: str):
+        super().__init__()
         self.name = name
-        self.lines: list = []
         self.allocas: list = []
-        self.n = 0
 
-    def tmp(self) -> str:
-        self.n += 1
-        return f"%t{self.n}"
-
-    def v(self, ty: str, instr: str) -> str:
-        t = self.tmp()
-        self.lines.append(f"  {t} = {instr}")
-        return t
-
-    def emit(self, line: str) -> None:
-        self.lines.append(f"  {line}")
-
-    def label(self, hint: str) -> str:
-        self.n += 1
-        return f"{hint}{self.n}"
-
-    def block(self, name: str) -> None:
-        self.lines.append(f"{name}:")
+    v = codegen_Fn.val
 
     def alloca(self, ty: str) -> str:
         t = self.tmp()
@@ -78,23 +62,23 @@ class _Fn:
         self.emit(f"store i64 {start}, ptr {ctr}")
         head, loop, done = self.label("head"), self.label("body"), self.label("done")
         self.emit(f"br label %{head}")
-        self.block(head)
+        self.start_block(head)
         i = self.v("i64", f"load i64, ptr {ctr}")
         c = self.v("i1", f"icmp slt i64 {i}, {count}")
         self.emit(f"br i1 {c}, label %{loop}, label %{done}")
-        self.block(loop)
+        self.start_block(loop)
         body(i)
         self.emit(f"store i64 {self.v('i64', f'add i64 {i}, 1')}, ptr {ctr}")
         self.emit(f"br label %{head}")
-        self.block(done)
+        self.start_block(done)
 
     def if_(self, cond: str, then) -> None:
         yes, done = self.label("then"), self.label("endif")
         self.emit(f"br i1 {cond}, label %{yes}, label %{done}")
-        self.block(yes)
+        self.start_block(yes)
         then()
         self.emit(f"br label %{done}")
-        self.block(done)
+        self.start_block(done)
 
     def shape(self, k) -> str:
         p = self.v("ptr", f"getelementptr i64, ptr %shapes, i64 {k}")
@@ -160,7 +144,7 @@ class _Fn:
             def fail(status=status):
                 cleanup()
                 self.emit(f"ret i32 {status}")
-                self.block(self.label("dead"))
+                self.start_block(self.label("dead"))
             self.if_(self.v("i1", cond), fail)
 
     def text(self) -> str:
@@ -247,7 +231,7 @@ def _det() -> str:
         def bad():
             cleanup()
             f.emit(f"ret i32 {BAD_ARGUMENT}")
-            f.block(f.label("dead"))
+            f.start_block(f.label("dead"))
         f.if_(f.v("i1", f"icmp slt i32 {v}, 0"), bad)
         f.emit(f"store double 1.0, ptr {sign}")
         f.emit(f"store double 0.0, ptr {logdet}")
