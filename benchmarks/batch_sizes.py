@@ -7,7 +7,8 @@
 For each workload of the shared peer benchmark (W1-W4: batch n; W5: sequence length s) it
 calls one jitted function with ``--count`` distinct sizes drawn with a fixed seed from
 [1, --max-size] (default 50 sizes from [1, 512], in random order), each peer in a fresh
-process (compile caches cold; torch.compile gets an empty inductor cache dir) with threads
+process (compile caches cold: torch.compile gets an empty inductor cache dir, relaxjax an empty
+persistent cache) with threads
 pinned (``--threads``, default 2: *_NUM_THREADS set before any import, torch.set_num_threads,
 relaxjax's LLVM runtime threads, CPU affinity when there are more cores).
 
@@ -360,6 +361,10 @@ def run_worker(peer, wl, sizes, args) -> dict:
     if peer.startswith("torch"):
         cache_dir = tempfile.mkdtemp(prefix="inductor_cold_")
         env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    elif peer == "relaxjax":                         # an empty persistent cache: cold
+        cache_dir = tempfile.mkdtemp(prefix="relaxjax_cold_")
+        env["RELAXJAX_CACHE_DIR"] = cache_dir
+        env.pop("RELAXJAX_CACHE", None)
     ncpu = os.cpu_count() or args.threads
     pin = None
     if args.threads < ncpu:

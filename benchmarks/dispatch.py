@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -89,8 +90,10 @@ def compile_times() -> dict:
     for wl, name in (("W2", "softmax (n, 1024)"), ("W4", "MLP block gelu(x@W1+b1)@W2+b2")):
         runs = []
         for _ in range(3):
-            r = subprocess.run([sys.executable, "-c", COMPILE_SRC.format(bench=bench, wl=wl)],
-                               capture_output=True, text=True, check=True)
+            with tempfile.TemporaryDirectory(prefix="relaxjax_cold_") as cold:   # compile, not load
+                r = subprocess.run([sys.executable, "-c", COMPILE_SRC.format(bench=bench, wl=wl)],
+                                   capture_output=True, text=True, check=True,
+                                   env=dict(os.environ, RELAXJAX_CACHE_DIR=cold))
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
         out[name] = statistics.median(r["first_call_s"] - r["second_call_s"] for r in runs)
     return out
