@@ -352,9 +352,18 @@ class ShapeEnv:
         if isinstance(d, int):
             return d == 0 if op == "==" else d >= 0
         if d.has(sympy.floor):
+            # bounds of the floors themselves first: n // 2 - 1 >= 0 for n >= 2, which the
+            # rewrite below loses (it bounds n / 2 and n % 2 apart)
+            r = self._by_bounds(op, d)
+            if r is not None:
+                return r
             d = self._without_floors(d)
             if isinstance(d, int):
                 return d == 0 if op == "==" else d >= 0
+        return self._by_bounds(op, d)
+
+    def _by_bounds(self, op: str, d: Dim) -> bool | None:
+        """Decide ``d == 0`` or ``d >= 0`` from the bounds of the dims in ``d``."""
         lo, hi = interval(d, self.bounds)
         if op == "==":
             return False if (lo > 0 or hi < 0) else None

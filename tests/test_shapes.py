@@ -7,7 +7,7 @@ import sympy
 from hypothesis import given, strategies as st
 
 import relaxjax as rj
-from relaxjax.shapes import as_dim, ShapeEnv, compile_dims, dim_str, symbol, INF
+from relaxjax.shapes import as_dim, ShapeEnv, compile_dims, dim_str, floordiv, symbol, INF
 
 n, k, m = rj.dims("n k m")
 
@@ -51,6 +51,17 @@ def test_proofs_from_algebra_and_bounds():
     e.declare(M, 5, 10)
     assert e.try_prove(">=", M, 5) is True and e.try_prove(">", M, 10) is False
     assert e.try_prove("<", M, 3) is False
+
+
+def test_bounds_of_floors_decide_comparisons():
+    # found by the fuzzer: x[..., :n // 2][..., 0] with n >= 2 needs 0 < n // 2
+    e = ShapeEnv()
+    N = symbol("n")
+    e.declare(N, 2, 16)
+    assert e.try_prove("<", 0, floordiv(N, 2)) is True
+    assert e.try_prove("<=", floordiv(N, 2), 8) is True and e.try_prove(">", floordiv(N, 2), 8) is False
+    assert e.try_prove(">=", floordiv(N, 3), 1) is None   # n = 2 gives 0
+    assert e.try_prove("==", floordiv(N, 2) * 2, N) is None
 
 
 def test_explicit_mode_raises_inconclusive_with_a_fix():

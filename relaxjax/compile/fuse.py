@@ -284,10 +284,42 @@ def _buildable(sub: Function, kind: str) -> bool:
     return True
 
 
+def _rematerialize_dim_scalars(fn: Function) -> Function:
+    """A copy of each one-element value computed from dims alone (``convert(m)``) for
+    every binding after the first that reads it, so that each consumer's group computes its
+    own (``_Fuser.constant``); CSE shares them, which would leave them a kernel of their own."""
+    uses: dict = {}
+    for i, b in enumerate(fn.bindings):
+        for a in b.args:
+            if isinstance(a, Var) and i not in uses.setdefault(a, []):
+                uses[a].append(i)
+    copies: dict = {}          # user index -> [(original var, copy binding)]
+    for b in fn.bindings:
+        if len(b.outvars) != 1 or any(isinstance(a, Var) for a in b.args) or \
+                op_pattern(b) != "injective" or any(d != 1 for d in b.outvars[0].type.shape):
+            continue
+        v = b.outvars[0]
+        for user in uses.get(v, [])[1:]:
+            c = Var(v.type, v.hint)
+            copies.setdefault(user, []).append((v, Binding([c], b.callee, list(b.args), b.params, b.source)))
+    if not copies:
+        return fn
+    bindings = []
+    for i, b in enumerate(fn.bindings):
+        subst = {}
+        for v, cb in copies.get(i, []):
+            bindings.append(cb)
+            subst[v] = cb.outvars[0]
+        bindings.append(Binding(b.outvars, b.callee, [subst.get(a, a) if isinstance(a, Var) else a
+                                                      for a in b.args], b.params, b.source) if subst else b)
+    return Function(fn.name, fn.params, fn.param_names, bindings, fn.results, fn.bounds, fn.guards, fn.attrs)
+
+
 def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
     """``fn`` with its fusable groups replaced by calls; also the new sub-functions."""
     if fn.attrs.get("primitive"):
         return fn, []
+    original, fn = fn, _rematerialize_dim_scalars(fn)
     groups = _Fuser(fn).run()
     uses = _uses(fn)
     replace: dict = {}          # first member index -> call binding; other members dropped
@@ -309,7 +341,7 @@ def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
         replace[g.members[-1]] = Binding(outs, sub, args, {}, fn.bindings[g.members[-1]].source)
         drop.update(g.members)
     if not subs:
-        return fn, []
+        return original, []
     # Emit in dependency order: a group's call sits where its last member was, which is
     # after all its inputs; values a group produces early may be used by bindings placed
     # before that point, so order the result topologically.

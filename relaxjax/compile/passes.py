@@ -98,8 +98,10 @@ dead_code_elimination = Pass("DeadCodeElimination", _dce)
 
 
 def default_pipeline(lower: bool = True) -> list[Pass]:
-    """The passes ``jit`` runs between tracing and the backend: fuse, then (for backends
-    that run loop-level programs) lower to call_tir / call_library."""
+    """The passes ``jit`` runs between tracing and the backend: canonicalize (fold
+    constants, exact algebraic identities, CSE, shape simplification, DCE), fuse, then (for
+    backends that run loop-level programs) lower to call_tir / call_library."""
     from .fuse import fuse_ops
     from .legalize import legalize
-    return [dead_code_elimination, fuse_ops] + ([legalize] if lower else [])
+    from .simplify import canonicalize
+    return [canonicalize, fuse_ops] + ([legalize] if lower else [])
