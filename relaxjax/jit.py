@@ -256,9 +256,9 @@ class Jitted:
         self._fast_arity = None
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
-            specs = (shapes,) if isinstance(shapes, ShapeDtypeStruct) else shapes
+            specs = _spec_list(shapes)
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
-                    specs is None or (isinstance(specs, (tuple, list)) and len(specs) == len(ps) and
+                    specs is None or (len(specs) == len(ps) and
                                       all(isinstance(s, ShapeDtypeStruct) for s in specs))):
                 self._fast_arity = len(ps)
 
@@ -574,6 +574,14 @@ class _Leaf:
         return TensorType(tuple(dims), a.dtype)
 
 
+def _spec_list(shapes) -> list | None:
+    """``jit``'s ``shapes=`` as a list with one entry per dynamic positional argument (a
+    single ShapeDtypeStruct for a one-argument function), or None."""
+    if shapes is None:
+        return None
+    return [shapes] if isinstance(shapes, ShapeDtypeStruct) else list(shapes)
+
+
 class _Call:
     """One call's arguments split into static values and array leaves, with its cache key."""
 
@@ -654,12 +662,9 @@ class _Call:
 
     @staticmethod
     def _shape_specs(jitted, dyn_args):
-        if jitted.shapes is None:
+        specs = _spec_list(jitted.shapes)
+        if specs is None:
             return [None] * len(dyn_args)
-        specs = jitted.shapes
-        if isinstance(specs, ShapeDtypeStruct):
-            specs = (specs,)
-        specs = list(specs)
         if len(specs) != len(dyn_args):
             raise TypeError(f"{jitted.__name__}: shapes= has {len(specs)} entries for "
                             f"{len(dyn_args)} non-static positional arguments")

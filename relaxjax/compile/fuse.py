@@ -136,8 +136,7 @@ class _Fuser:
         if h.kind != "injective" or h.deps or len(h.members) != 1:
             return False
         b = self.fn.bindings[h.members[0]]
-        return not any(isinstance(a, Var) for a in b.args) and len(b.outvars) == 1 and \
-            self.equal(prod(b.outvars[0].type.shape), 1) and self.uses.get(b.outvars[0]) == [user]
+        return _dim_scalar(b, lambda n: self.equal(n, 1)) and self.uses.get(b.outvars[0]) == [user]
 
     def mergeable(self, g: _Group, h: _Group) -> bool:
         """Two reduction groups over the same rows, with no path between them through a
@@ -284,22 +283,25 @@ def _buildable(sub: Function, kind: str) -> bool:
     return True
 
 
+def _dim_scalar(b: Binding, is_one) -> bool:
+    """Whether ``b`` computes one value of one element (``is_one`` decides its element
+    count) from dims alone, reading no array: ``convert(m * n)`` of a mean."""
+    return len(b.outvars) == 1 and not any(isinstance(a, Var) for a in b.args) and \
+        is_one(prod(b.outvars[0].type.shape))
+
+
 def _rematerialize_dim_scalars(fn: Function) -> Function:
     """A copy of each one-element value computed from dims alone (``convert(m)``) for
     every binding after the first that reads it, so that each consumer's group computes its
     own (``_Fuser.constant``); CSE shares them, which would leave them a kernel of their own."""
-    uses: dict = {}
-    for i, b in enumerate(fn.bindings):
-        for a in b.args:
-            if isinstance(a, Var) and i not in uses.setdefault(a, []):
-                uses[a].append(i)
+    uses = _uses(fn)
     copies: dict = {}          # user index -> [(original var, copy binding)]
     for b in fn.bindings:
-        if len(b.outvars) != 1 or any(isinstance(a, Var) for a in b.args) or \
-                op_pattern(b) != "injective" or any(d != 1 for d in b.outvars[0].type.shape):
+        if op_pattern(b) != "injective" or not _dim_scalar(b, lambda n: n == 1):
             continue
         v = b.outvars[0]
-        for user in uses.get(v, [])[1:]:
+        users = sorted({u for u in uses.get(v, []) if u < len(fn.bindings)})   # not the results
+        for user in users[1:]:
             c = Var(v.type, v.hint)
             copies.setdefault(user, []).append((v, Binding([c], b.callee, list(b.args), b.params, b.source)))
     if not copies:

@@ -44,9 +44,9 @@ NUM_THREADS = ctypes.c_int32(0)
 PARALLEL_MIN_WORK = ctypes.c_int64(DEFAULT_PARALLEL_MIN_WORK)
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
                   "rj_blas_sgemm": [ctypes.c_void_p(None)], "rj_blas_dgemm": [ctypes.c_void_p(None)]}
-_RUNTIME_TEXT = """; relaxjax runtime globals, read by generated kernels and segments
+_RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
-@rj_parallel_min_work = global i64 131072
+@rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
 @rj_blas_sgemm = global ptr null
 @rj_blas_dgemm = global ptr null
 """
