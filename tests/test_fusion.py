@@ -14,11 +14,11 @@ import relaxjax as rj
 import relaxjax.numpy as rnp
 from relaxjax import nn
 from relaxjax.compile import verify
-from relaxjax.compile.analysis import classify_primfunc
+from relaxjax.tir.analysis import classify_primfunc
 from relaxjax.compile.fuse import fuse_ops
 from relaxjax.compile.legalize import legalize
 from relaxjax.compile.passes import dead_code_elimination, default_pipeline
-from relaxjax.compile.tir import PrimFunc
+from relaxjax.tir import PrimFunc
 
 from helpers import BACKENDS, SIZES
 

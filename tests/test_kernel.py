@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from relaxjax.compile.analysis import classify_primfunc, loop_is_independent
-from relaxjax.compile.tir import For
+from relaxjax.tir.analysis import classify_primfunc, loop_is_independent
+from relaxjax.tir import For
 
 from helpers import BACKENDS, SIZES, assert_same
 

@@ -12,9 +12,9 @@ import relaxjax as rj
 import relaxjax.numpy as rnp
 from relaxjax import nn as rnn
 from relaxjax.backends import llvm as rj_llvm
-from relaxjax.compile import tir
+from relaxjax import tir
 from relaxjax.compile.legalize import legalize
-from relaxjax.compile.tir import Buffer, For, PrimFunc, Store, TIRError, Var, verify_primfunc
+from relaxjax.tir import Buffer, For, PrimFunc, Store, TIRError, Var, verify_primfunc
 
 from helpers import SIZES, assert_same, tolerance
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ..compile.tir import PrimFunc
+from ..tir import PrimFunc
 from ..errors import ShapeError
 from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import contiguous, lookup

@@ -22,8 +22,8 @@ from typing import Callable
 import numpy as np
 import sympy
 
-from ..compile import tir
-from ..compile.tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc,
+from .. import tir
+from ..tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc,
                            Seq, Store, Var)
 from ..errors import ShapeError
 from ..shapes import dim_str

@@ -40,7 +40,7 @@ def op_pattern(b: Binding) -> str:
     if b.kind == "library":
         return "output_fusable" if b.callee.name.startswith("blas.") else "opaque"
     if b.kind == "tir":
-        from .analysis import classify_primfunc
+        from ..tir.analysis import classify_primfunc
         return "injective" if classify_primfunc(b.callee) in ("elementwise", "injective") else "opaque"
     kind = getattr(b.callee, "kind", "opaque")
     if kind == "data_dependent" or b.callee.name == "match_cast" or len(b.outvars) != 1:

@@ -23,11 +23,11 @@ import sympy
 from .. import dtypes as dt
 from ..ir import Binding, Function, Literal, Var
 from ..shapes import ShapeEnv, is_symbolic, prod
-from . import tir
-from .analysis import inline_primfunc, perfect_nest
-from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const, _dim_vars,
+from .. import tir
+from ..tir.analysis import inline_primfunc, perfect_nest
+from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const,
                        _buffer_names, _loop_kinds, elementwise_rule, reindex, scalar_literal_expr)
-from .tir import Assign, Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
+from ..tir import Assign, Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -66,7 +66,7 @@ class _Builder:
         self.outputs = outputs
         self.env = ShapeEnv("explicit", bounds)
         self.producer = {v: b for b in bindings for v in b.outvars}
-        self.taken = set(_dim_vars([v.type.shape for v in inputs + outputs],
+        self.taken = set(tir.dim_vars([v.type.shape for v in inputs + outputs],
                                    [b.params for b in bindings],
                                    [a.value for b in bindings for a in b.args if isinstance(a, Literal)],
                                    [v.type.shape for b in bindings for v in b.outvars]))
@@ -185,7 +185,7 @@ class _Builder:
         params = [self.buffer[v] for v in self.call_inputs] + [self.out_buffer[v] for v in self.outputs]
         consts = [a.value for b in self.bindings for a in b.args if isinstance(a, Literal)]
         f = PrimFunc(self.name, params, len(self.outputs),
-                     _dim_vars(params, [b.params for b in self.bindings], consts), body,
+                     tir.dim_vars(params, [b.params for b in self.bindings], consts), body,
                      list(dict.fromkeys(self.host_checks)))
         try:
             tir.verify_primfunc(f)

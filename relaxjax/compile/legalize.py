@@ -24,8 +24,8 @@ from .. import dtypes as dt
 from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import LibraryFunc  # noqa: F401  (the callee of call_library; fuse_tir imports it here)
 from ..shapes import free_symbols, is_symbolic
-from . import tir
-from .tir import (INDEX, BOOL, Buffer, Const, Expr, For, Local, Assign, PrimFunc, Seq, Store,
+from .. import tir
+from ..tir import (INDEX, BOOL, Buffer, Const, Expr, For, Local, Assign, PrimFunc, Seq, Store,
                   from_sympy, op)
 from .passes import Pass
 
@@ -301,23 +301,6 @@ def _operands(args, taken: set):
     return buffers, reads, call_args
 
 
-def _dim_vars(*things) -> list:
-    syms: set = set()
-
-    def visit(x):
-        if isinstance(x, (tuple, list)):
-            for y in x:
-                visit(y)
-        elif isinstance(x, dict):
-            visit(list(x.values()))
-        elif isinstance(x, Buffer):
-            visit(x.shape)
-        elif is_symbolic(x):
-            syms.update(free_symbols(x))
-    visit(things)
-    return sorted(s.name for s in syms)
-
-
 def _loop_kinds(rank: int) -> list:
     kinds = ["serial"] * rank
     if rank:
@@ -332,7 +315,7 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     in_types = [a.type for a in b.args]
     out = b.outvars[0]
     out_type = out.type
-    taken = set(_dim_vars([a.type.shape for a in b.args], out_type.shape, b.params))
+    taken = set(tir.dim_vars([a.type.shape for a in b.args], out_type.shape, b.params))
     ob = Buffer("out" if "out" not in taken else "out_", tuple(out_type.shape), out_type.dtype)
     taken |= {ob.name}
     buffers, reads, call_args = _operands(b.args, taken)
@@ -357,7 +340,7 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     if name in ("take", "take_along_axis") and isinstance(b.args[1], Var):
         axis = b.params["axis"]
         checks.append(("index_range", call_args.index(b.args[1]), in_types[0].shape[axis], axis))
-    fn = PrimFunc(f"{name}_{name_id}", params, 1, _dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body,
+    fn = PrimFunc(f"{name}_{name_id}", params, 1, tir.dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body,
                   checks)
     return fn, call_args
 

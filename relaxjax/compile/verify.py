@@ -31,7 +31,7 @@ class _AssumingEnv(ShapeEnv):
 
 
 def verify(module: IRModule) -> None:
-    from .tir import PrimFunc, TIRError, verify_primfunc
+    from ..tir import PrimFunc, TIRError, verify_primfunc
     for fn in module.functions.values():
         if isinstance(fn, Function):
             verify_function(fn)

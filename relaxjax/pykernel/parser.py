@@ -14,8 +14,9 @@ import numpy as np
 import sympy
 
 from .. import dtypes as dt
-from ..compile import tir
-from ..compile.tir import BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, Store, from_sympy
+from .. import tir
+from ..tir.analysis import mark_loop_kinds
+from ..tir import BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, Store, from_sympy
 from ..shapes import dmax, dmin, floordiv, is_symbolic, normalize
 from . import lang
 from .values import (BINARY, BINOPS, BOTTOM, CMPS, UNARY, _CAST_TYPES, _DIM_OPS, _SUPPORTED_CALLS,
@@ -485,8 +486,6 @@ class Builder:
 def build_primfunc(k, binding: dict, name: str):
     """The program of kernel ``k`` with its dim names bound to ``binding`` (name -> dim);
     returns (PrimFunc, {id(load/store): ast node})."""
-    from ..compile.analysis import mark_loop_kinds
-    from ..compile.legalize import _dim_vars
     types: dict = {}
     for _ in range(16):
         taken = {s.name for d in binding.values() if is_symbolic(d) for s in d.free_symbols}
@@ -500,6 +499,6 @@ def build_primfunc(k, binding: dict, name: str):
         raise AssertionError(f"kernel {k.name}: the dtypes of its locals do not settle")
     params = [b.buf[p] for p, _ in k.params]
     body = mark_loop_kinds(body)
-    f = tir.PrimFunc(name, params, len(k.outputs), _dim_vars(params), body)
+    f = tir.PrimFunc(name, params, len(k.outputs), tir.dim_vars(params), body)
     tir.verify_primfunc(f)
     return f, b.node_of

@@ -15,7 +15,7 @@ import numpy as np
 import sympy
 
 from .. import dtypes as dt
-from ..compile.tir import BOOL, INDEX, Const, Load, Op, Seq, from_sympy
+from ..tir import BOOL, INDEX, Const, Load, Op, Seq, from_sympy
 from ..shapes import floordiv, is_symbolic, mod, normalize
 from . import lang
 from . import math as kmath

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..compile.tir import Assign, For, If, Load, Local, Op, Seq, Store, to_sympy
+from ..tir import Assign, For, If, Load, Local, Op, Seq, Store, to_sympy
 from ..errors import ShapeError
 from ..shapes import ShapeEnv, dim_str, normalize, symbol
 
@@ -107,7 +107,7 @@ class _Checker:
 
 
 def _text(e) -> str:
-    from ..compile.tir import expr_str
+    from ..tir import expr_str
     return expr_str(e)
 
 

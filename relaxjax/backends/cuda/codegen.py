@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...compile.tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
+from ...tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
                             Store, Var, from_sympy)
 from ..llvm.mathlib import MATH
 
@@ -624,7 +624,7 @@ class _Emitter:
 # ---------------------------------------------------------------------------------------
 
 def _count(loop: For):
-    from ...compile.tir import op
+    from ...tir import op
     return op("max", loop.extent - loop.start, Const(0, INDEX))
 
 

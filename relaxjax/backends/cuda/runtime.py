@@ -17,7 +17,7 @@ import numpy as np
 from ...compile.legalize import HOST_OPS, legalize
 from ...compile.memplan import byte_size, plan_memory
 from ...compile.passes import run_pipeline
-from ...compile.tir import Const, Op, PrimFunc, Var as TVar
+from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
 from ...shapes import dim_str, eval_dim, is_symbolic

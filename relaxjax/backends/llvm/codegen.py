@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...compile import tir
-from ...compile.tir import (BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
+from ... import tir
+from ...tir import (BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
                             Store, Var, from_sympy)
 from . import mathlib
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...compile import tir
-from ...compile.tir import INDEX, Const, from_sympy
+from ... import tir
+from ...tir import INDEX, Const, from_sympy
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn, llty
 from . import target

@@ -20,7 +20,7 @@ from ... import cache
 from ...compile.legalize import HOST_OPS, legalize
 from ...compile.memplan import ALIGN, byte_size, plan_memory
 from ...compile.passes import run_pipeline
-from ...compile.tir import PrimFunc
+from ...tir import PrimFunc
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
 from ...shapes import dim_str, eval_dim, free_symbols, is_symbolic

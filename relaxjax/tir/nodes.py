@@ -17,7 +17,7 @@ import numpy as np
 import sympy
 
 from .. import dtypes as dt
-from ..shapes import Dim, dim_str
+from ..shapes import Dim, dim_str, free_symbols, is_symbolic
 
 INDEX = np.dtype("int64")
 BOOL = np.dtype("bool")
@@ -349,100 +349,6 @@ def _stmt_lines(s: Stmt, depth: int) -> list:
     raise TypeError(f"not a statement: {s!r}")
 
 
-# ---------------------------------------------------------------------------------------
-# Verifier
-# ---------------------------------------------------------------------------------------
-
-class TIRError(Exception):
-    pass
-
-
-def verify_primfunc(f: PrimFunc) -> None:
-    """Check scoping (every variable defined before use), that loads and stores index
-    buffers of the program with the right rank, that inputs are never stored to, loop kinds,
-    and operand dtypes of stores and assignments."""
-    buffers = {id(b) for b in f.params}
-    inputs = {id(b) for b in f.inputs}
-    scope = set(f.dim_vars)
-
-    def fail(msg):
-        raise TIRError(f"{f.name}: {msg}")
-
-    def check_expr(e):
-        if isinstance(e, Const):
-            return
-        if isinstance(e, Var):
-            if e.name not in scope:
-                fail(f"variable {e.name} is used outside its scope")
-            return
-        if isinstance(e, Load):
-            check_access(e.buffer, e.index)
-            return
-        if isinstance(e, Op):
-            for a in e.args:
-                check_expr(a)
-            return
-        fail(f"not an expression: {e!r}")
-
-    def check_access(b, index):
-        if id(b) not in buffers:
-            fail(f"buffer {b.name} is not a parameter")
-        if len(index) != len(b.shape):
-            fail(f"{b.name} has rank {len(b.shape)}, indexed with {len(index)} indices")
-        for i in index:
-            if i.dtype != INDEX:
-                fail(f"index {i} into {b.name} has dtype {i.dtype}, not int64")
-            check_expr(i)
-
-    def walk(s, local_scope):
-        nonlocal scope
-        if isinstance(s, Seq):
-            saved = set(scope)
-            for x in s.stmts:
-                walk(x, local_scope)
-            scope = saved
-        elif isinstance(s, For):
-            if s.kind not in LOOP_KINDS:
-                fail(f"loop {s.var.name} has unknown kind {s.kind!r}")
-            check_expr(s.extent)
-            check_expr(s.start)
-            if s.var.name in scope:
-                fail(f"loop variable {s.var.name} shadows another variable")
-            scope.add(s.var.name)
-            walk(s.body, local_scope)
-            scope.discard(s.var.name)
-        elif isinstance(s, Store):
-            if id(s.buffer) in inputs:
-                fail(f"store to input buffer {s.buffer.name}")
-            check_access(s.buffer, s.index)
-            check_expr(s.value)
-            if s.value.dtype != s.buffer.dtype:
-                fail(f"store of {s.value.dtype} into {s.buffer.name} of {s.buffer.dtype}")
-        elif isinstance(s, Local):
-            check_expr(s.init)
-            if s.init.dtype != s.var.dtype:
-                fail(f"local {s.var.name}: {s.var.dtype} initialised with {s.init.dtype}")
-            scope.add(s.var.name)
-            local_scope[s.var.name] = s.var.dtype
-        elif isinstance(s, Assign):
-            if s.var.name not in scope or s.var.name not in local_scope:
-                fail(f"assignment to undeclared local {s.var.name}")
-            check_expr(s.value)
-            if s.value.dtype != local_scope[s.var.name]:
-                fail(f"assignment of {s.value.dtype} to local {s.var.name} of {local_scope[s.var.name]}")
-        elif isinstance(s, If):
-            check_expr(s.cond)
-            if s.cond.dtype != BOOL:
-                fail(f"if condition {s.cond} is not bool")
-            walk(s.then, local_scope)
-            if s.else_ is not None:
-                walk(s.else_, local_scope)
-        else:
-            fail(f"not a statement: {s!r}")
-
-    walk(f.body, {})
-
-
 def fresh(name: str, taken: set, dtype=INDEX) -> Var:
     """A variable named ``name`` (or ``name_``, ...) that no other name in ``taken`` uses."""
     while name in taken:
@@ -459,3 +365,22 @@ def loop_nest(extents: Sequence[Expr], body_fn, kinds: Sequence[str], taken: set
     for v, e, kind in reversed(list(zip(vars_, extents, kinds))):
         stmt = For(v, as_expr(e), kind, stmt)
     return stmt
+
+
+def dim_vars(*things) -> list:
+    """The names of the dims that buffers' shapes and symbolic values in ``things`` (nested
+    lists, tuples, dicts) use, sorted: a program's ``dim_vars``."""
+    syms: set = set()
+    stack = [things]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, Buffer):
+            stack.append(x.shape)
+        elif is_symbolic(x):
+            syms.update(free_symbols(x))
+    return sorted(s.name for s in syms)
+

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .tir import (Assign, Const, Expr, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, expr_str,
+from .nodes import (Assign, Const, Expr, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, expr_str,
                   from_sympy)
 
 

@@ -1,0 +1,177 @@
+"""Generic traversal of loop-level programs: what every pass, analysis and backend that walks
+statements and expressions shares, so that none writes its own recursion over ``Seq``,
+``For``, ``If`` and the expression nodes.
+
+* ``walk_expr(e)`` / ``walk_stmts(s)`` / ``walk(s)``: pre-order iteration (no recursion:
+  fused kernels build deep expressions);
+* ``map_expr(e, fn)``: rebuild an expression bottom-up, ``fn`` sees every node after its
+  operands were rebuilt and returns its replacement;
+* ``StmtTransformer``: rebuild a statement tree, one ``visit_<Node>`` method per statement
+  kind to override (like ``ast.NodeTransformer``), ``expr`` applied to every expression;
+* ``StmtVisitor``: the same dispatch without rebuilding, for analyses and code emitters.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from .nodes import Assign, Expr, For, If, Load, Local, Op, Seq, Stmt, Store, Var
+
+
+def expr_children(e: Expr) -> tuple:
+    """The operands of an expression node (a load's indices, an op's arguments)."""
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, Load):
+        return e.index
+    return ()
+
+
+def walk_expr(e: Expr) -> Iterator[Expr]:
+    """Every node of ``e``, pre-order."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        kids = expr_children(x)
+        if kids:
+            stack.extend(reversed(kids))
+
+
+def _rebuild(e: Expr, kids: tuple) -> Expr:
+    if isinstance(e, Op):
+        return e if all(a is b for a, b in zip(kids, e.args)) else Op(e.name, kids, e.dtype, e.flags)
+    if isinstance(e, Load):
+        return e if all(a is b for a, b in zip(kids, e.index)) else Load(e.buffer, kids)
+    return e
+
+
+def map_expr(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """``e`` rebuilt bottom-up: each node's operands are mapped first, then ``fn(node)``
+    gives what replaces the (rebuilt) node.  Nodes left unchanged are shared."""
+    done: list = []                       # results, in post-order
+    stack: list = [(e, False)]
+    while stack:
+        x, expanded = stack.pop()
+        kids = expr_children(x)
+        if not kids:
+            done.append(fn(x))
+        elif not expanded:
+            stack.append((x, True))
+            stack.extend((k, False) for k in reversed(kids))
+        else:
+            new = tuple(done[len(done) - len(kids):])
+            del done[len(done) - len(kids):]
+            done.append(fn(_rebuild(x, new)))
+    return done[0]
+
+
+def substitute_vars(e: Expr, values: dict) -> Expr:
+    """``e`` with every ``Var`` named in ``values`` (name -> expression) replaced."""
+    if not values:
+        return e
+    return map_expr(e, lambda x: values.get(x.name, x) if isinstance(x, Var) else x)
+
+
+def stmt_children(s: Stmt) -> tuple:
+    """The statements directly inside ``s``."""
+    if isinstance(s, Seq):
+        return tuple(s.stmts)
+    if isinstance(s, For):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then,) if s.else_ is None else (s.then, s.else_)
+    return ()
+
+
+def stmt_exprs(s: Stmt) -> tuple:
+    """The expressions directly in ``s`` (not in the statements inside it)."""
+    if isinstance(s, For):
+        return (s.start, s.extent)
+    if isinstance(s, Store):
+        return s.index + (s.value,)
+    if isinstance(s, Local):
+        return (s.init,)
+    if isinstance(s, Assign):
+        return (s.value,)
+    if isinstance(s, If):
+        return (s.cond,)
+    return ()
+
+
+def walk_stmts(s: Stmt) -> Iterator[Stmt]:
+    """Every statement of ``s``, pre-order."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(stmt_children(x)))
+
+
+def walk(s: Stmt) -> Iterator:
+    """Every statement and every expression node of ``s``, pre-order."""
+    for x in walk_stmts(s):
+        yield x
+        for e in stmt_exprs(x):
+            yield from walk_expr(e)
+
+
+def loads(s: Stmt) -> Iterator[Load]:
+    """Every load in ``s`` (indices included)."""
+    return (x for x in walk(s) if isinstance(x, Load))
+
+
+def stores(s: Stmt) -> Iterator[Store]:
+    return (x for x in walk_stmts(s) if isinstance(x, Store))
+
+
+class StmtVisitor:
+    """Dispatches ``visit(s)`` to ``visit_For``, ``visit_Store``, ... (default: visit the
+    statements inside).  Subclasses call ``self.generic_visit(s)`` to descend."""
+
+    def visit(self, s: Stmt):
+        return getattr(self, "visit_" + type(s).__name__, self.generic_visit)(s)
+
+    def generic_visit(self, s: Stmt):
+        for c in stmt_children(s):
+            self.visit(c)
+
+
+class StmtTransformer:
+    """Rebuilds a statement tree.  ``visit_<Node>`` methods return the replacement statement
+    (default: the node rebuilt from its visited children); ``expr`` maps every expression
+    (default: unchanged).  A ``Seq`` drops children that visit to None and splices children
+    that visit to a ``Seq``."""
+
+    def visit(self, s: Stmt):
+        return getattr(self, "visit_" + type(s).__name__, self.generic_visit)(s)
+
+    def expr(self, e: Expr) -> Expr:
+        return e
+
+    def generic_visit(self, s: Stmt):
+        ex = self.expr
+        if isinstance(s, Seq):
+            out = []
+            for c in s.stmts:
+                r = self.visit(c)
+                if r is None:
+                    continue
+                out.extend(r.stmts if isinstance(r, Seq) else [r])
+            return Seq(out)
+        if isinstance(s, For):
+            return For(s.var, ex(s.extent), s.kind, self.visit(s.body), ex(s.start))
+        if isinstance(s, Store):
+            return Store(s.buffer, tuple(ex(i) for i in s.index), ex(s.value))
+        if isinstance(s, Local):
+            return Local(s.var, ex(s.init))
+        if isinstance(s, Assign):
+            return Assign(s.var, ex(s.value))
+        if isinstance(s, If):
+            return If(ex(s.cond), self.visit(s.then),
+                      None if s.else_ is None else self.visit(s.else_))
+        raise TypeError(f"not a statement: {s!r}")
+
+
+__all__ = ["expr_children", "walk_expr", "map_expr", "substitute_vars", "stmt_children",
+           "stmt_exprs", "walk_stmts", "walk", "loads", "stores", "StmtVisitor",
+           "StmtTransformer"]
