@@ -9,18 +9,16 @@
 from ._version import __version__
 from .errors import InconclusiveDimensionError, KernelSyntaxError, ShapeError, TracerConversionError
 from .shapes import SymbolicDim, dim, dims
-from .jit import CacheInfo, Compiled, Jitted, Lowered, ShapeDtypeStruct, jit, make_ir, match_cast
+from .structs import ShapeDtypeStruct
+from .jit import CacheInfo, Compiled, Jitted, Lowered, jit, make_ir
 from .ir import IRModule, Function, TensorType
-from .library import call_library, register_library
+from .library import register_library
+from .frontend import call_library, match_cast
 from . import numpy, nn, lax, compile  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
                    uint8, uint16, uint32, uint64)
 from .cache import clear as _clear_persistent
-from .core import _install_operators as _install
-
-_install()
-del _install
 
 
 

@@ -17,8 +17,8 @@ import sympy
 
 from . import dtypes as dt
 from .errors import ShapeError, TracerConversionError
-from .ir import Binding, Literal, TensorType, Var
-from .shapes import ShapeEnv, SymbolicDim, current_env, use_env, wrap_dim, _value_hook
+from .ir import Binding, Function, Literal, TensorType, Var
+from .shapes import INF, ShapeEnv, SymbolicDim, is_symbolic, normalize, prod, use_env, wrap_dim
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -92,6 +92,7 @@ class TraceContext:
         self.env = env
         self.bindings: list[Binding] = []
         self.alive = True
+        self.respecializers: dict = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -128,6 +129,48 @@ class TraceContext:
             return Literal(np.asarray(x, d), TensorType((), d, True))
         raise TypeError(f"cannot use a {type(x).__name__} as an array operand")
 
+    def finalize(self, name: str, params: list, param_names: list, results: list) -> Function:
+        """The traced function, with the equalities found while tracing (automatic mode)
+        applied to every type and dim in it."""
+        env, bindings = self.env, self.bindings
+        subst = env.subst
+        if subst:
+            for v in params:
+                v.type = v.type.substitute(subst)
+            cache: dict = {}
+
+            def lit(a):
+                if isinstance(a, Literal):
+                    if id(a) not in cache:
+                        cache[id(a)] = Literal(_subst_value(a.value, subst), a.type.substitute(subst))
+                    return cache[id(a)]
+                return a
+            for b in bindings:
+                for v in b.outvars:
+                    v.type = v.type.substitute(subst)
+                b.args = [lit(a) for a in b.args]
+                b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
+                if b in self.respecializers:    # e.g. a kernel's program, specialised to old dims
+                    b.callee = self.respecializers[b](subst)
+            results = [lit(r) for r in results]
+        syms = set()
+        for p in params:
+            syms |= p.type.free_symbols()
+        for b in bindings:
+            for v in b.outvars:
+                syms |= v.type.free_symbols()
+        # sorted by name: the same function traces to the same module (and cache key) in any
+        # process, whatever the hash seed
+        bounds = {s: env.bounds.get(s, (1, INF)) for s in sorted(syms, key=lambda s: s.name)}
+        return Function(name, list(params), list(param_names), list(bindings), results, bounds,
+                        env.final_guards())
+
+    def on_dims_equated(self, binding: Binding, respecialize: Callable[[dict], Any]) -> None:
+        """``respecialize(subst)`` gives ``binding``'s callee anew when the trace equates dims
+        after the binding was recorded (automatic mode): a callee that holds a program built
+        for the dims it was called with (a user kernel, relaxjax.pykernel)."""
+        self.respecializers[binding] = respecialize
+
     def emit(self, prim: Primitive, args: Sequence[Any], params: dict):
         atoms = [self.atom(a) for a in args]
         types = [a.type.substitute(self.env.subst) for a in atoms]
@@ -140,6 +183,14 @@ class TraceContext:
         self.bindings.append(Binding(outvars, prim, atoms, params, user_source()))
         outs = [Tracer(self, v) for v in outvars]
         return outs if prim.multiple_results else outs[0]
+
+
+def _subst_value(v, subst):
+    if isinstance(v, (tuple, list)):
+        return type(v)(_subst_value(x, subst) for x in v)
+    if is_symbolic(v):
+        return normalize(v.xreplace(subst))
+    return v
 
 
 def _add_location(e: Exception) -> None:
@@ -241,7 +292,6 @@ class Tracer:
 
     @property
     def size(self):
-        from .shapes import prod
         return wrap_dim(prod(self.type.shape))
 
     def __len__(self):
@@ -276,68 +326,5 @@ class Tracer:
     def __hash__(self):
         return id(self)
 
-    # NumPy ufuncs on tracers dispatch to relaxjax.numpy (np.exp(x) works inside @jit)
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from . import numpy as rnp
-        fn = getattr(rnp, ufunc.__name__, None)
-        if method != "__call__" or fn is None or kwargs:
-            return NotImplemented
-        return fn(*inputs)
-
-
-def _install_operators():
-    from . import numpy as rnp
-    binops = {"add": rnp.add, "sub": rnp.subtract, "mul": rnp.multiply, "truediv": rnp.true_divide,
-              "floordiv": rnp.floor_divide, "mod": rnp.mod, "pow": rnp.power, "matmul": rnp.matmul,
-              "and": rnp.bitwise_and, "or": rnp.bitwise_or, "xor": rnp.bitwise_xor,
-              "lshift": rnp.left_shift, "rshift": rnp.right_shift}
-    for name, fn in binops.items():
-        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
-        setattr(Tracer, f"__r{name}__", lambda a, b, fn=fn: fn(b, a))
-    cmps = {"lt": rnp.less, "le": rnp.less_equal, "gt": rnp.greater, "ge": rnp.greater_equal,
-            "eq": rnp.equal, "ne": rnp.not_equal}
-    for name, fn in cmps.items():
-        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
-    Tracer.__neg__ = lambda a: rnp.negative(a)
-    Tracer.__pos__ = lambda a: rnp.positive(a)
-    # like ndarray.__pow__, x ** 2 is square (bool ** 2 -> int8, as in NumPy)
-    Tracer.__pow__ = lambda a, b: rnp.square(a) if type(b) in (int, float) and b == 2 else rnp.power(a, b)
-    Tracer.__abs__ = lambda a: rnp.abs(a)
-    Tracer.__invert__ = lambda a: rnp.invert(a)
-    Tracer.__getitem__ = lambda a, idx: rnp._indexing.getitem(a, idx)
-    for name in ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin",
-                 "any", "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel",
-                 "flatten", "clip", "round", "take", "repeat", "cumsum"):
-        if hasattr(rnp, name) or name in ("astype", "flatten"):
-            setattr(Tracer, name, _method(name))
-    Tracer.T = property(lambda a: rnp.transpose(a))
-    Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))
-
-    def dim_value_op(dim, other, opname, reflected):
-        fn = {"truediv": rnp.true_divide, "pow": rnp.power, "_add": rnp.add, "_sub": rnp.subtract,
-              "_mul_": rnp.multiply, "floordiv": rnp.floor_divide, "mod": rnp.mod}.get(opname)
-        if fn is None or find_trace([dim, other]) is None and not isinstance(other, (int, float)):
-            return NotImplemented
-        if current_trace() is None:
-            raise TypeError(f"cannot compute {opname} of the symbolic dim {dim} with "
-                            f"{type(other).__name__} outside a trace")
-        return fn(other, dim) if reflected else fn(dim, other)
-    _value_hook.append(dim_value_op)
-
-
-def _method(name):
-    def m(self, *args, **kwargs):
-        from . import numpy as rnp
-        if name == "astype":
-            return rnp.astype(self, *args, **kwargs)
-        if name == "flatten":
-            return rnp.ravel(self)
-        if name == "reshape" and args and not isinstance(args[0], (tuple, list)) and len(args) > 1:
-            args = (args,)
-        if name == "reshape" and len(args) == 1 and not isinstance(args[0], (tuple, list)):
-            args = ((args[0],),)
-        if name == "transpose" and args and not isinstance(args[0], (tuple, list)):
-            args = (args,)
-        return getattr(rnp, name)(self, *args, **kwargs)
-    m.__name__ = name
-    return m
+    # Operators, array methods and NumPy's ufunc dispatch (np.exp(x) inside @jit) are
+    # installed by relaxjax.numpy, the layer that defines them (numpy/_tracer_methods.py).

@@ -22,52 +22,14 @@ from . import dtypes as dt
 from .backends import get_backend
 from .compile.passes import Pass, default_pipeline, run_pipeline
 from .compile.verify import verify
-from .core import TraceContext, Tracer, current_trace
+from .core import TraceContext, Tracer
 from .errors import ShapeError
-from .ir import Function, IRModule, Literal, TensorType, Var
-from .shapes import (INF, ShapeEnv, SymbolicDim, as_dim, dim_str, free_symbols, is_symbolic,
-                     normalize, symbol)
+from .ir import IRModule, TensorType
+from .shapes import INF, ShapeEnv, SymbolicDim, symbol
 from .signature import Binder, make_binder
+from .structs import ShapeDtypeStruct
 
 log = logging.getLogger("relaxjax.cache")
-
-
-class ShapeDtypeStruct:
-    """An abstract array: a shape of ints, symbolic dims or dim names, and a dtype."""
-
-    def __init__(self, shape: Sequence, dtype: Any):
-        self.shape = tuple(shape)
-        self.dtype = dt.canonical(dtype)
-        for d in self.shape:
-            if not isinstance(d, (int, np.integer, SymbolicDim, str)) or isinstance(d, bool):
-                raise TypeError(f"ShapeDtypeStruct dims must be ints, dims or names, got {d!r}")
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def dims(self) -> tuple:
-        """Internal dims; string entries name dims with default bounds."""
-        return tuple(symbol(d) if isinstance(d, str) else as_dim(d) for d in self.shape)
-
-    def bounds(self) -> dict:
-        out: dict = {}
-        for d in self.shape:
-            if isinstance(d, SymbolicDim):
-                out.update(d.bounds)
-            elif isinstance(d, str):
-                out.setdefault(symbol(d), (1, INF))
-        return out
-
-    def __repr__(self) -> str:
-        return f"ShapeDtypeStruct(shape=({', '.join(str(d) for d in self.shape)}), dtype={self.dtype})"
-
-    def __eq__(self, other):
-        return isinstance(other, ShapeDtypeStruct) and self.dtype == other.dtype and \
-            self.dims() == other.dims()
-
-    def __hash__(self):
-        return hash((self.dims(), self.dtype))
 
 
 @dataclass
@@ -392,7 +354,7 @@ class Jitted:
                 else:
                     raise TypeError(f"{self.__name__} returned a {type(o).__name__}; return arrays, "
                                     f"scalars, dims or pytrees of them")
-        fn = _finalize(_ident(self.__name__), env, [p.atom for p in params], names, ctx.bindings, results)
+        fn = ctx.finalize(_ident(self.__name__), [p.atom for p in params], names, results)
         _check_dims_bound(fn, self.__name__)
         module = IRModule({fn.name: fn}, fn.name)
         verify(module)
@@ -494,50 +456,6 @@ def _unique(name: str, taken: list) -> str:
     while f"{name}_{i}" in taken:
         i += 1
     return f"{name}_{i}"
-
-
-def _subst_value(v, subst):
-    if isinstance(v, (tuple, list)):
-        return type(v)(_subst_value(x, subst) for x in v)
-    if is_symbolic(v):
-        return normalize(v.xreplace(subst))
-    return v
-
-
-def _finalize(name, env: ShapeEnv, params, param_names, bindings, results) -> Function:
-    """Apply the equalities found while tracing to every type and dim in the function."""
-    subst = env.subst
-    if subst:
-        for v in params:
-            v.type = v.type.substitute(subst)
-        cache: dict = {}
-
-        def lit(a):
-            if isinstance(a, Literal):
-                if id(a) not in cache:
-                    cache[id(a)] = Literal(_subst_value(a.value, subst), a.type.substitute(subst))
-                return cache[id(a)]
-            return a
-        for b in bindings:
-            for v in b.outvars:
-                v.type = v.type.substitute(subst)
-            b.args = [lit(a) for a in b.args]
-            b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
-            if b.kind == "tir":             # a kernel's program, specialised to the old dims
-                from .pykernel.call import respecialize
-                b.callee = respecialize(b.callee, subst)
-        results = [lit(r) for r in results]
-    syms = set()
-    for p in params:
-        syms |= p.type.free_symbols()
-    for b in bindings:
-        for v in b.outvars:
-            syms |= v.type.free_symbols()
-    # sorted by name: the same function traces to the same module (and cache key) in any
-    # process, whatever the hash seed
-    bounds = {s: env.bounds.get(s, (1, INF)) for s in sorted(syms, key=lambda s: s.name)}
-    return Function(name, list(params), list(param_names), list(bindings), results, bounds,
-                    env.final_guards())
 
 
 class _Leaf:
@@ -776,29 +694,3 @@ def make_ir(fun: Callable, **jit_kwargs) -> Callable[..., IRModule]:
     def trace(*args, **kwargs) -> IRModule:
         return jit(fun, **jit_kwargs).lower(*args, **kwargs).module
     return trace
-
-
-def match_cast(x, shape: Sequence):
-    """Assert that ``x`` has ``shape`` (ints, dims, or names of new dims bound at run time)."""
-    from . import lax
-    from .numpy._base import arr
-    x = arr(x)
-    ctx = current_trace()
-    dims = []
-    for d in shape:
-        if isinstance(d, str):
-            s = symbol(d)
-            if ctx is not None and s not in ctx.env.bounds:
-                ctx.env.declare(s, 0, INF)
-                ctx.env.data_dependent.add(s)
-            dims.append(s)
-        else:
-            dims.append(as_dim(d, "match_cast dim"))
-    if not isinstance(x, Tracer):          # eager: check what is concrete
-        if len(dims) != np.ndim(x):
-            raise ShapeError(f"match_cast: array of rank {np.ndim(x)} cannot match a shape of rank {len(dims)}")
-        for i, (have, want) in enumerate(zip(np.shape(x), dims)):
-            if isinstance(want, int) and have != want:
-                raise ShapeError(f"match_cast axis {i}: array has {have}, expected {want}")
-        return x
-    return lax.match_cast.bind(x, shape=tuple(dims))

@@ -672,8 +672,14 @@ def as_dim(d: Any, what: str = "dimension") -> Dim:
 
 
 # Non-integer arithmetic on a dim turns it into a traced scalar (as NumPy would turn the
-# Python int into a float).  The hook is installed by the tracing core, which knows how.
+# Python int into a float).  The hook is installed by relaxjax.numpy, which knows how.
 _value_hook: list = []
+
+
+def set_value_op_hook(fn) -> None:
+    """``fn(dim, other, opname, reflected)``: the value (or NotImplemented) of arithmetic
+    between a symbolic dim and something that is not an integer dim."""
+    _value_hook[:] = [fn]
 
 
 def _as_value_op(dim: SymbolicDim, other, opname: str, reflected: bool):

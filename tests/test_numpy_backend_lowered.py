@@ -22,7 +22,7 @@ import relaxjax as rj
 import relaxjax.numpy as rnp
 from helpers import arrays, assert_same, tolerance
 from relaxjax.backends import get_backend
-from relaxjax.backends.tir_interp import compile_primfunc, run_primfunc
+from relaxjax.lax.tir_interp import compile_primfunc, run_primfunc
 from relaxjax import tir
 from relaxjax.compile.fuse import fuse_ops
 from relaxjax.compile.legalize import HOST_OPS, legalize

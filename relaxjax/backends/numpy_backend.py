@@ -4,7 +4,7 @@ against its symbolic struct info.  Every other backend is tested against it.
 
 It runs every module the pass pipeline can produce: besides graph primitives, a binding may
 call a loop-level program (``call_tir``, run by the reference loop interpreter in
-:mod:`.tir_interp`), a library function (``call_library``: the registered ``numpy``
+:mod:`relaxjax.lax.tir_interp`), a library function (``call_library``: the registered ``numpy``
 implementation, see :mod:`relaxjax.library`) or a graph sub-function (a fused group), interpreted recursively."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import contiguous, lookup
 from ..shapes import dim_str, free_symbols, is_symbolic
 from . import register_backend
-from .tir_interp import check_host, compile_primfunc
+from ..lax.tir_interp import check_host, compile_primfunc
 
 _GLOBALS = {"min": min, "max": max, "__builtins__": {}}
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
-from ..core import Primitive
+from ..core import PRIMITIVES, Primitive
 from .util import broadcast_shapes, same_dtype
 
 FLOAT_ONLY = "float"
@@ -26,7 +26,7 @@ def _weak_all(*types, **p):
     return all(t.weak for t in types)
 
 
-def _erf(x):
+def erf_reference(x):
     try:
         from scipy.special import erf
         return erf(x).astype(x.dtype)
@@ -83,7 +83,7 @@ atan = unary("atan", np.arctan, accepts=FLOAT_ONLY)
 sinh = unary("sinh", np.sinh, accepts=FLOAT_ONLY)
 cosh = unary("cosh", np.cosh, accepts=FLOAT_ONLY)
 tanh = unary("tanh", np.tanh, accepts=FLOAT_ONLY)
-erf = unary("erf", _erf, accepts=FLOAT_ONLY)
+erf = unary("erf", erf_reference, accepts=FLOAT_ONLY)
 floor = unary("floor", np.floor)                           # identity on integers, like NumPy 2
 ceil = unary("ceil", np.ceil)
 trunc = unary("trunc", np.trunc)
@@ -136,11 +136,19 @@ select = Primitive("select", shape_rule=_select_shape, dtype_rule=_select_dtype,
                    weak_rule=lambda p, a, b: a.weak and b.weak)
 
 
-def _convert_impl(x, *, dtype, weak=False):
+def convert_reference(x, *, dtype, weak=False):
     with np.errstate(invalid="ignore", over="ignore"):
         return x.astype(dtype)
 
 
 convert = Primitive("convert", shape_rule=lambda env, x, **p: x.shape,
-                    dtype_rule=lambda x, *, dtype, weak=False: dtype, impl=_convert_impl,
+                    dtype_rule=lambda x, *, dtype, weak=False: dtype, impl=convert_reference,
                     kind="elementwise", weak_rule=lambda x, *, dtype, weak=False: weak)
+
+
+def scalar_reference(name: str):
+    """The NumPy reference implementation of the elementwise primitive ``name`` (arrays in,
+    an array out; ``convert`` takes ``dtype=``), or None: the scalar meaning of a loop-level
+    ``Op`` of that name, for the loop interpreter."""
+    prim = PRIMITIVES.get(name)
+    return prim.impl if prim is not None and prim.kind == "elementwise" else None

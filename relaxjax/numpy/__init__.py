@@ -17,7 +17,6 @@ from ._indexing import take, take_along_axis, nonzero, argwhere  # noqa: F401
 from ._linalg import matmul, dot, vdot, inner, outer, tensordot, einsum  # noqa: F401
 from ._creation import (full, zeros, ones, empty, full_like, zeros_like, ones_like,  # noqa: F401
                         empty_like, arange, eye, identity, array, asarray)
-from . import _indexing  # noqa: F401  (Tracer.__getitem__)
 from . import linalg  # noqa: F401  (rnp.linalg: library calls, see relaxjax.library)
 from ._base import shape as _shape
 
@@ -52,3 +51,10 @@ def result_type(*args):
     from ..dtypes import result_type as _rt
     return _rt(*(spec(a) if not isinstance(a, (_np.dtype, type, str)) or isinstance(a, type) and
                  a in (bool, int, float) else _np.dtype(a) for a in args))
+
+
+import sys as _sys  # noqa: E402
+
+from ._tracer_methods import install as _install_tracer_methods  # noqa: E402
+
+_install_tracer_methods(_sys.modules[__name__])

@@ -22,8 +22,10 @@ from typing import NamedTuple
 import numpy as _np
 
 from ..errors import InconclusiveDimensionError, ShapeError
-from ..library import call_library, lazy, register_library
+from ..frontend import call_library
+from ..library import lazy, register_library
 from ..shapes import dim_str, dmin, wrap_dim
+from ..structs import ShapeDtypeStruct
 from ._base import arr, cast, dtype_of, env, shape
 from ._linalg import matmul  # noqa: F401  (numpy.linalg.matmul)
 from ._shape_ops import broadcast_to, reshape, swapaxes
@@ -132,7 +134,6 @@ def _fmt(s) -> str:
 
 
 def _struct(dims):
-    from ..jit import ShapeDtypeStruct
     return ShapeDtypeStruct(tuple(wrap_dim(d) for d in dims), _F64)
 
 

@@ -10,8 +10,12 @@ import weakref
 import numpy as np
 
 from .. import dtypes as dt
+from ..core import Tracer, current_trace, find_trace, user_source
 from ..errors import InconclusiveDimensionError, ShapeError
+from ..ir import Binding, TensorType, Var
+from ..lax.tir_interp import compile_primfunc
 from ..shapes import INF, ShapeEnv, dim_str, free_symbols, is_symbolic, normalize, symbol
+from ..structs import ShapeDtypeStruct
 from . import lang, scope
 from .parser import build_primfunc
 from .verify import check_bounds, raise_shape_error
@@ -207,7 +211,6 @@ def bind_dims(k: Kernel, types: list, env: ShapeEnv) -> dict:
 
 
 def _out_structs(out):
-    from ..jit import ShapeDtypeStruct
     many = isinstance(out, (list, tuple))
     structs = list(out) if many else [out]
     for s in structs:
@@ -223,7 +226,6 @@ def call_tir(kern: Kernel, *args, out):
     ``rj.jit`` it records a ``call_tir`` binding whose program has the kernel's dim names
     bound to the caller's (symbolic) dims; on NumPy arrays it runs the kernel through the
     reference loop interpreter."""
-    from ..core import Tracer, current_trace, find_trace
     if not isinstance(kern, Kernel):
         raise TypeError(f"call_tir takes an rj.kernel, got {type(kern).__name__}")
     structs, many = _out_structs(out)
@@ -246,8 +248,6 @@ def call_tir(kern: Kernel, *args, out):
 
 
 def _traced(ctx, kern: Kernel, args, structs) -> list:
-    from ..core import Tracer, user_source
-    from ..ir import Binding, TensorType, Var
     env = ctx.env
     atoms = [ctx.atom(a) for a in args]
     in_types = [a.type.substitute(env.subst) for a in atoms]
@@ -266,7 +266,9 @@ def _traced(ctx, kern: Kernel, args, structs) -> list:
     f = kern.specialize(binding, env.bounds, _call_name(ctx, kern, binding))
     out_types = [TensorType(tuple(env.canon(d) for d in t.shape), t.dtype) for t in out_types]
     outvars = [Var(t) for t in out_types]
-    ctx.bindings.append(Binding(outvars, f, atoms, {}, user_source()))
+    binding = Binding(outvars, f, atoms, {}, user_source())
+    ctx.bindings.append(binding)
+    ctx.on_dims_equated(binding, lambda subst: respecialize(f, subst))
     return [Tracer(ctx, v) for v in outvars]
 
 
@@ -287,7 +289,6 @@ def _call_name(ctx, kern: Kernel, binding: dict) -> str:
 
 
 def _eager(kern: Kernel, arrays: list, structs) -> list:
-    from ..backends.tir_interp import compile_primfunc
     for a in arrays:
         dt.canonical(a.dtype)
     shapes = []

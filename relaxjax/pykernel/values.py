@@ -15,7 +15,7 @@ import numpy as np
 import sympy
 
 from .. import dtypes as dt
-from ..tir import BOOL, INDEX, Const, Load, Op, Seq, from_sympy
+from ..tir import BOOL, INDEX, Const, Expr, Load, Op, Seq, from_sympy
 from ..shapes import floordiv, is_symbolic, mod, normalize
 from . import lang
 from . import math as kmath
@@ -113,7 +113,7 @@ _SUPPORTED_CALLS = ("range/rj.grid (in for), min, max, abs, pow, len, float, int
                     "(rj.float32(v), ...), rj.math.* and math.* functions")
 
 
-def cast(v: Val, dtype) -> tir.Expr:
+def cast(v: Val, dtype) -> Expr:
     dtype = np.dtype(dtype)
     if v.e.dtype == dtype:
         return v.e

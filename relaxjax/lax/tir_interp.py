@@ -27,6 +27,7 @@ from ..tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFun
                            Seq, Store, Var)
 from ..errors import ShapeError
 from ..shapes import dim_str
+from .elementwise import convert_reference, scalar_reference
 
 _GLOBALS = {"min": min, "max": max, "__builtins__": {}}
 
@@ -58,28 +59,24 @@ def _scalar(v, dtype) -> np.generic:
 # so power(-inf, 0.5) is nan instead of inf), and the graph runs on arrays.
 
 def _convert_fn(dtype) -> Callable:
-    from ..lax.elementwise import _convert_impl
     dtype = np.dtype(dtype)
 
     def convert(x):
-        return _convert_impl(np.array([x]), dtype=dtype)[0]
+        return convert_reference(np.array([x]), dtype=dtype)[0]
     return convert
 
 
 def _op_fn(name: str, in_dtypes: tuple, out_dtype) -> Callable:
     """A function of NumPy scalars computing ``Op(name)`` with its primitive's reference
     implementation, returning a NumPy scalar of ``out_dtype``."""
-    from ..core import PRIMITIVES
-    from .. import lax  # noqa: F401  (registers the primitives)
     out_dtype = np.dtype(out_dtype)
     if name == "convert":
         return _convert_fn(out_dtype)
     if name in _BOOL_ARITH and all(d == BOOL for d in in_dtypes):
         name = _BOOL_ARITH[name]
-    prim = PRIMITIVES.get(name)
-    if prim is None or prim.kind != "elementwise":
+    impl = scalar_reference(name)
+    if impl is None:
         raise NotImplementedError(f"the loop interpreter has no scalar operation {name!r}")
-    impl = prim.impl
     dts = [np.dtype(d) for d in in_dtypes]
 
     def fn(*args):

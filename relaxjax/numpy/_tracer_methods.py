@@ -1,0 +1,87 @@
+"""The Tracer's operators and array methods, and NumPy's dispatch to this layer.
+
+The tracing core (``relaxjax.core``) defines ``Tracer`` without them: what ``x + y``,
+``x[i]``, ``x.sum()`` or ``np.exp(x)`` mean is NumPy's API, which lives here.  Importing
+``relaxjax.numpy`` installs them once; so is arithmetic between a symbolic dim and a
+non-integer (``n / 2`` inside a trace is a traced scalar, as NumPy would make it a float).
+"""
+from __future__ import annotations
+
+from ..core import Tracer, current_trace, find_trace
+from ..shapes import set_value_op_hook
+from ._indexing import getitem
+
+_METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
+            "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "clip",
+            "round", "take", "repeat", "cumsum")
+
+
+def _method(rnp, name: str):
+    def m(self, *args, **kwargs):
+        if name == "astype":
+            return rnp.astype(self, *args, **kwargs)
+        if name == "flatten":
+            return rnp.ravel(self)
+        if name == "reshape" and args and not isinstance(args[0], (tuple, list)) and len(args) > 1:
+            args = (args,)
+        if name == "reshape" and len(args) == 1 and not isinstance(args[0], (tuple, list)):
+            args = ((args[0],),)
+        if name == "transpose" and args and not isinstance(args[0], (tuple, list)):
+            args = (args,)
+        return getattr(rnp, name)(self, *args, **kwargs)
+    m.__name__ = name
+    return m
+
+
+def _array_ufunc(rnp):
+    def dispatch(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on tracers dispatch to relaxjax.numpy (np.exp(x) works in @jit)."""
+        fn = getattr(rnp, ufunc.__name__, None)
+        if method != "__call__" or fn is None or kwargs:
+            return NotImplemented
+        return fn(*inputs)
+    return dispatch
+
+
+def _dim_value_op(rnp):
+    ops = {"truediv": rnp.true_divide, "pow": rnp.power, "_add": rnp.add, "_sub": rnp.subtract,
+           "_mul_": rnp.multiply, "floordiv": rnp.floor_divide, "mod": rnp.mod}
+
+    def dim_value_op(dim, other, opname: str, reflected: bool):
+        fn = ops.get(opname)
+        if fn is None or find_trace([dim, other]) is None and not isinstance(other, (int, float)):
+            return NotImplemented
+        if current_trace() is None:
+            raise TypeError(f"cannot compute {opname} of the symbolic dim {dim} with "
+                            f"{type(other).__name__} outside a trace")
+        return fn(other, dim) if reflected else fn(dim, other)
+    return dim_value_op
+
+
+def install(rnp) -> None:
+    """Give ``Tracer`` the operators and methods of ``rnp`` (the relaxjax.numpy namespace)."""
+    binops = {"add": rnp.add, "sub": rnp.subtract, "mul": rnp.multiply, "truediv": rnp.true_divide,
+              "floordiv": rnp.floor_divide, "mod": rnp.mod, "pow": rnp.power, "matmul": rnp.matmul,
+              "and": rnp.bitwise_and, "or": rnp.bitwise_or, "xor": rnp.bitwise_xor,
+              "lshift": rnp.left_shift, "rshift": rnp.right_shift}
+    for name, fn in binops.items():
+        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
+        setattr(Tracer, f"__r{name}__", lambda a, b, fn=fn: fn(b, a))
+    cmps = {"lt": rnp.less, "le": rnp.less_equal, "gt": rnp.greater, "ge": rnp.greater_equal,
+            "eq": rnp.equal, "ne": rnp.not_equal}
+    for name, fn in cmps.items():
+        setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
+    Tracer.__neg__ = lambda a: rnp.negative(a)
+    Tracer.__pos__ = lambda a: rnp.positive(a)
+    # like ndarray.__pow__, x ** 2 is square (bool ** 2 -> int8, as in NumPy)
+    Tracer.__pow__ = lambda a, b: rnp.square(a) if type(b) in (int, float) and b == 2 else rnp.power(a, b)
+    Tracer.__abs__ = lambda a: rnp.abs(a)
+    Tracer.__invert__ = lambda a: rnp.invert(a)
+    Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
+    Tracer.__array_ufunc__ = _array_ufunc(rnp)
+    for name in _METHODS:
+        if hasattr(rnp, name) or name in ("astype", "flatten"):
+            setattr(Tracer, name, _method(rnp, name))
+    Tracer.T = property(lambda a: rnp.transpose(a))
+    Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))
+    set_value_op_hook(_dim_value_op(rnp))
