@@ -1,35 +1,28 @@
-"""``jit``: trace once per symbolic signature, cache, bind dims per call, run on a backend."""
+"""``jit``: trace once per symbolic signature, cache, bind dims per call, run on a backend.
+
+The driver: ``jit_args`` splits a call's arguments, ``jit_trace`` traces one, the pass
+pipeline lowers it (through ``jit_cache``'s persistent cache), a backend compiles it, and
+``Jitted`` keeps the entries and dispatches calls to them."""
 from __future__ import annotations
 
 import functools
 import inspect
-import io
-import logging
-import os
-import pickle
-import sys
 import threading
-import time
-import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import optree
 
-from . import cache
-from . import dtypes as dt
 from .backends import get_backend
 from .compile.passes import Pass, default_pipeline, run_pipeline
-from .compile.verify import verify
-from .core import TraceContext, Tracer
 from .errors import ShapeError
-from .ir import IRModule, TensorType
-from .shapes import INF, ShapeEnv, SymbolicDim, symbol
-from .signature import Binder, make_binder
+from .ir import IRModule
+from .jit_args import CallArgs, spec_list
+from .jit_cache import lower_cached
+from .jit_trace import trace_call
+from .signature import Binder
 from .structs import ShapeDtypeStruct
-
-log = logging.getLogger("relaxjax.cache")
 
 
 @dataclass
@@ -65,49 +58,6 @@ class _Entry:
         leaves = [outs[v] if k == "value" else int(outs[v]) if k == "dim" else v
                   for k, v in self.out_kinds]
         return optree.tree_unflatten(self.out_tree, leaves)
-
-
-_PY_SCALARS = (bool, int, float)
-
-
-def _leaf_kind(x, name: str):
-    if isinstance(x, np.ndarray):
-        dt.canonical(x.dtype)
-        return "array"
-    if isinstance(x, np.generic):
-        dt.canonical(x.dtype)
-        return "array"
-    if isinstance(x, _PY_SCALARS):
-        return "scalar"
-    if _on_device(x):
-        dt.canonical(x.dtype)
-        return "array"
-    if isinstance(x, ShapeDtypeStruct):
-        return "struct"
-    if isinstance(x, Tracer):
-        return "tracer"
-    raise TypeError(f"argument {name}: unsupported type {type(x).__name__}; jitted functions take "
-                    f"arrays, Python scalars and pytrees of them (mark other arguments static "
-                    f"with static_argnums/static_argnames)")
-
-
-def _on_device(x) -> bool:
-    """A GPU array (CuPy's, or any with the CUDA array interface)."""
-    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
-
-
-def _ident(s: str) -> str:
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in s).strip("_") or "arg"
-    return out if not out[0].isdigit() else f"a{out}"
-
-
-def _path_name(argname: str, path: tuple) -> tuple[str, str]:
-    """(display name like params['w'], identifier like params_w) for a pytree leaf."""
-    disp, ident = argname, argname
-    for k in path:
-        disp += f"[{k!r}]"
-        ident += f"_{k}"
-    return disp, _ident(ident)
 
 
 class Lowered:
@@ -218,7 +168,7 @@ class Jitted:
         self._fast_arity = None
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
-            specs = _spec_list(shapes)
+            specs = spec_list(shapes)
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
                     specs is None or (len(specs) == len(ps) and
                                       all(isinstance(s, ShapeDtypeStruct) for s in specs))):
@@ -304,10 +254,10 @@ class Jitted:
         return self._run(entry, dims, call)
 
     # -- calls ---------------------------------------------------------------------------
-    def _prepare(self, args, kwargs) -> "_Call":
-        return _Call(self, args, kwargs)
+    def _prepare(self, args, kwargs) -> CallArgs:
+        return CallArgs(self, args, kwargs)
 
-    def _run(self, entry: _Entry, dims: tuple, call: "_Call"):
+    def _run(self, entry: _Entry, dims: tuple, call: CallArgs):
         D = dict(zip(entry.binder.names, dims))
         arrays = call.arrays()
         outs = entry.executable(D, arrays)
@@ -322,352 +272,22 @@ class Jitted:
         return optree.tree_unflatten(entry.out_tree, leaves)
 
     # -- tracing -------------------------------------------------------------------------
-    def _trace(self, call: "_Call"):
-        t0 = time.perf_counter()
-        env = ShapeEnv("auto" if call.any_auto else "explicit")
-        ctx = TraceContext(env)
-        params, names, leaf_names = [], [], []
-        taken: set = set()
-        for leaf in call.leaves:
-            t = leaf.struct_type(env, taken)
-            tr = ctx.new_param(t, leaf.ident)
-            params.append(tr)
-            names.append(_unique(leaf.ident, names))
-            leaf_names.append(leaf.display)
-        with ctx:
-            args, kwargs = call.rebuild(params)
-            out = self.fun(*args, **kwargs)
-            out_leaves, out_tree = optree.tree_flatten(out, none_is_leaf=False)
-            results, kinds = [], []
-            for o in out_leaves:
-                if isinstance(o, Tracer):
-                    kinds.append(("value", len(results)))
-                    results.append(ctx.atom(o))
-                elif isinstance(o, SymbolicDim):
-                    kinds.append(("dim", len(results)))
-                    results.append(ctx.atom(o))
-                elif isinstance(o, (np.ndarray, np.generic)):
-                    kinds.append(("value", len(results)))
-                    results.append(ctx.atom(np.asarray(o)))
-                elif isinstance(o, _PY_SCALARS) or o is None:
-                    kinds.append(("const", o))
-                else:
-                    raise TypeError(f"{self.__name__} returned a {type(o).__name__}; return arrays, "
-                                    f"scalars, dims or pytrees of them")
-        fn = ctx.finalize(_ident(self.__name__), [p.atom for p in params], names, results)
-        _check_dims_bound(fn, self.__name__)
-        module = IRModule({fn.name: fn}, fn.name)
-        verify(module)
-        trace_seconds = time.perf_counter() - t0
-        binder = make_binder([p.type.shape for p in fn.params], leaf_names, fn.bounds, fn.guards,
-                             self.__name__)
-
+    def _trace(self, call: CallArgs):
+        traced = trace_call(self.fun, self.__name__, call)
+        module = traced.module
         backend_name = "cuda" if self._auto_backend and call.on_device else self.backend
 
         def build(pipeline):
             backend = get_backend(backend_name)
             if pipeline is None:
                 pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
-                lowered = _lower_cached(module, pipeline)
+                lowered = lower_cached(module, pipeline)
             else:
                 lowered = run_pipeline(module, pipeline)
             exe = backend(lowered)
-            return _Entry(lowered, exe, binder, out_tree, kinds, trace_seconds)
+            return _Entry(lowered, exe, traced.binder, traced.out_tree, traced.out_kinds,
+                          traced.trace_seconds)
         return module, build
-
-
-def _check_dims_bound(fn, fname: str) -> None:
-    """Every dim a value's shape uses must come from the arguments' shapes (or be bound at
-    run time by a data-dependent op): a shape built from a free ``rj.dim`` has no size."""
-    bound = set()
-    for p in fn.params:
-        bound |= p.type.free_symbols()
-    for b in fn.bindings:
-        for v in b.outvars:
-            new = v.type.free_symbols() - bound
-            if new and getattr(b.callee, "kind", "") != "data_dependent":
-                names = ", ".join(sorted(s.name for s in new))
-                raise ShapeError(f"{fname}: {b.callee.name} at {b.source or '?'} gives shape "
-                                 f"{v.type} with dim {names} that no argument's shape binds; build "
-                                 f"shapes from the arguments (x.shape[0]) or declare the dim in shapes=")
-            bound |= new
-
-
-_LOWERED_MAX_BYTES = 16 << 20
-# modules whose functions and classes the key may name (pickle stores them by name): their
-# code is covered by the source digest or the versions in the key
-_KEY_MODULES = ("relaxjax", "numpy", "sympy", "builtins", "math", "operator", "collections", "fractions")
-
-
-class _KeyPickler(pickle.Pickler):
-    """Pickles the traced module for the key, refusing functions and classes from elsewhere
-    (a user's callable stored by name could change without the key changing)."""
-
-    def reducer_override(self, obj):
-        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
-            mod = getattr(obj, "__module__", None) or ""
-            if mod.split(".")[0] not in _KEY_MODULES:
-                raise pickle.PicklingError(f"{obj!r} from {mod or 'an unknown module'} in a traced module")
-        return NotImplemented
-
-
-def _lower_cached(module: IRModule, pipeline: list) -> IRModule:
-    """``run_pipeline(module, pipeline)`` for the default pipeline, through the persistent
-    cache: the lowered module is stored pickled, keyed by the pickled traced module (all the
-    pipeline reads), the passes' names, relaxjax's source digest and the versions of Python,
-    NumPy and SymPy.  Skipped (the pipeline runs) when the cache is off, when IR dumps or
-    verification are asked for, or when the module does not pickle or pickles to more than
-    ``_LOWERED_MAX_BYTES`` (large constants); an entry that does not unpickle is ignored and
-    rewritten."""
-    if not cache.enabled() or os.environ.get("RELAXJAX_DUMP_IR", "0") not in ("", "0") or \
-            os.environ.get("RELAXJAX_VERIFY", "0") not in ("", "0"):
-        return run_pipeline(module, pipeline)
-    try:
-        buf = io.BytesIO()
-        _KeyPickler(buf, protocol=5).dump(module)
-        traced = buf.getvalue()
-    except Exception:                        # noqa: BLE001 (a value that does not pickle)
-        return run_pipeline(module, pipeline)
-    if len(traced) > _LOWERED_MAX_BYTES:     # large constants: not worth a disk entry
-        return run_pipeline(module, pipeline)
-    import sympy
-    parts = (traced, tuple(p.name for p in pipeline), cache.source_digest(),
-             "%d.%d" % sys.version_info[:2], np.__version__, sympy.__version__)
-    data = cache.get("lowered", parts)
-    if data is not None:
-        try:
-            lowered = pickle.loads(data)
-            if isinstance(lowered, IRModule):
-                return lowered
-        except Exception as e:               # noqa: BLE001 (stale or damaged: recompute)
-            log.info("relaxjax cache: ignoring a lowered module that does not load (%s)", e)
-    lowered = run_pipeline(module, pipeline)
-    try:
-        cache.put("lowered", parts, pickle.dumps(lowered, protocol=5))
-    except Exception as e:                   # noqa: BLE001
-        log.info("relaxjax cache: not storing a lowered module that does not pickle (%s)", e)
-    return lowered
-
-
-def _unique(name: str, taken: list) -> str:
-    if name not in taken:
-        return name
-    i = 1
-    while f"{name}_{i}" in taken:
-        i += 1
-    return f"{name}_{i}"
-
-
-class _Leaf:
-    __slots__ = ("value", "kind", "display", "ident", "struct")
-
-    def __init__(self, value, kind, display, ident, struct=None):
-        self.value, self.kind, self.display, self.ident, self.struct = value, kind, display, ident, struct
-
-    def struct_type(self, env: ShapeEnv, taken: set) -> TensorType:
-        if self.struct is not None:                     # explicit: declared dims and bounds
-            s = self.struct
-            for sym, b in s.bounds().items():
-                if sym not in env.bounds:
-                    env.declare(sym, *b)
-            return TensorType(s.dims(), s.dtype)
-        if self.kind == "scalar":
-            d = dt.WEAK_DEFAULT[type(self.value)]
-            return TensorType((), d, True)
-        a = self.value if _on_device(self.value) else np.asarray(self.value)
-        dims = []
-        for ax, n in enumerate(a.shape):
-            if n in (0, 1):
-                dims.append(n)                          # sizes 0 and 1 are specialized
-                continue
-            base = self.ident if not self.ident[-1].isdigit() else self.ident + "_"
-            nm, k = f"{base}{ax}", 0
-            while nm in taken:
-                k += 1
-                nm = f"{base}{ax}_{k}"
-            taken.add(nm)
-            s = symbol(nm)
-            env.declare(s, 2, INF, value=n)
-            dims.append(s)
-        return TensorType(tuple(dims), a.dtype)
-
-
-def _spec_list(shapes) -> list | None:
-    """``jit``'s ``shapes=`` as a list with one entry per dynamic positional argument (a
-    single ShapeDtypeStruct for a one-argument function), or None."""
-    if shapes is None:
-        return None
-    return [shapes] if isinstance(shapes, ShapeDtypeStruct) else list(shapes)
-
-
-class _Call:
-    """One call's arguments split into static values and array leaves, with its cache key."""
-
-    def __init__(self, jitted: Jitted, args, kwargs):
-        self.jitted = jitted
-        sig = jitted._sig
-        if sig is not None:
-            try:
-                ba = sig.bind(*args, **kwargs)
-            except TypeError as e:
-                raise TypeError(f"{jitted.__name__}: {e}") from None
-            # unpassed defaults are not applied: they stay Python values, as in JAX
-            args, kwargs = ba.args, dict(ba.kwargs)
-            argnames = list(sig.parameters)
-            var_pos = next((p.name for p in sig.parameters.values() if p.kind == p.VAR_POSITIONAL), None)
-        else:
-            argnames, var_pos = [], None
-        self.args, self.kwargs = tuple(args), dict(kwargs)
-        statics = []
-        for i in jitted.static_argnums:
-            if i < len(self.args):          # else the default is used, a Python value anyway
-                statics.append((i, self.args[i]))
-        for n in jitted.static_argnames:
-            if n in self.kwargs:
-                statics.append((n, self.kwargs[n]))
-        try:
-            static_key = tuple(statics)
-            hash(static_key)
-        except TypeError:
-            raise TypeError(f"{jitted.__name__}: static arguments must be hashable, "
-                            f"got {[type(v).__name__ for _, v in statics]}") from None
-        self.static_pos = {i for i, _ in statics if isinstance(i, int)}
-        self.static_names = {n for n, _ in statics if isinstance(n, str)}
-        dyn_args = [a for i, a in enumerate(self.args) if i not in self.static_pos]
-        dyn_kwargs = {k: v for k, v in self.kwargs.items() if k not in self.static_names}
-        dyn_names = [(argnames[i] if i < len(argnames) and argnames[i] != var_pos else
-                      f"{var_pos or 'arg'}{i}") for i in range(len(self.args)) if i not in self.static_pos]
-        # explicit shapes, one per dynamic positional argument (None: automatic for that one)
-        specs = self._shape_specs(jitted, dyn_args)
-        self.leaves: list[_Leaf] = []
-        treedefs = []
-        self.has_tracer = self.has_struct = False
-        self.any_auto = False
-        for (name, value, spec) in ([(n, a, s) for n, a, s in zip(dyn_names, dyn_args, specs)] +
-                                    [(k, v, None) for k, v in dyn_kwargs.items()]):
-            paths, leaves, td = optree.tree_flatten_with_path(value, none_is_leaf=False)
-            treedefs.append(td)
-            spec_leaves = [None] * len(leaves)
-            if spec is not None:
-                s_leaves, s_td = optree.tree_flatten(spec, none_is_leaf=False,
-                                                     is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
-                if len(s_leaves) != len(leaves):
-                    raise TypeError(f"{jitted.__name__}: shapes for argument {name} have "
-                                    f"{len(s_leaves)} leaves, the argument has {len(leaves)}")
-                spec_leaves = s_leaves
-            for path, leaf, sp in zip(paths, leaves, spec_leaves):
-                disp, ident = _path_name(name, path)
-                kind = _leaf_kind(leaf, disp)
-                if kind == "tracer":
-                    self.has_tracer = True
-                if kind == "struct":
-                    self.has_struct = True
-                    sp = leaf
-                if sp is None and kind != "struct":
-                    self.any_auto = True
-                self.leaves.append(_Leaf(leaf, kind, disp, ident, sp))
-        self.treedefs = treedefs
-        self.on_device = any(l.kind == "array" and _on_device(l.value) for l in self.leaves)
-        if self.has_tracer:
-            return
-        self.shapes = tuple(np.shape(l.value) if l.kind != "struct" else None for l in self.leaves)
-        if specs_given := any(l.struct is not None for l in self.leaves):
-            for l in self.leaves:
-                if l.struct is not None and l.kind != "struct":
-                    self._check_explicit(l)
-        leaf_keys = tuple(self._leaf_key(l) for l in self.leaves)
-        self.key = (tuple(treedefs), tuple(dyn_kwargs), leaf_keys, static_key, specs_given)
-
-    @staticmethod
-    def _shape_specs(jitted, dyn_args):
-        specs = _spec_list(jitted.shapes)
-        if specs is None:
-            return [None] * len(dyn_args)
-        if len(specs) != len(dyn_args):
-            raise TypeError(f"{jitted.__name__}: shapes= has {len(specs)} entries for "
-                            f"{len(dyn_args)} non-static positional arguments")
-        return specs
-
-    def _check_explicit(self, l: _Leaf):
-        s = l.struct
-        value = l.value
-        d = np.asarray(value).dtype if l.kind == "array" else None
-        if l.kind == "scalar":
-            if s.ndim != 0:
-                raise ShapeError(f"argument {l.display}: expected an array of rank {s.ndim} "
-                                 f"{s.shape}, got a Python scalar")
-            return
-        if d != s.dtype:
-            raise TypeError(f"argument {l.display}: expected dtype {s.dtype}, got {d}")
-        if np.ndim(value) != s.ndim:
-            raise ShapeError(f"argument {l.display}: expected rank {s.ndim} "
-                             f"({', '.join(str(x) for x in s.shape)}), got rank {np.ndim(value)} "
-                             f"with shape {np.shape(value)}")
-
-    @staticmethod
-    def _leaf_key(l: _Leaf):
-        if l.struct is not None:
-            return ("explicit", l.struct.dtype, l.struct.ndim)
-        if l.kind == "scalar":
-            return ("scalar", type(l.value))
-        a = l.value
-        return (a.dtype, tuple(n if n < 2 else -1 for n in np.shape(a)), _on_device(a))
-
-    def arrays(self) -> list:
-        out = []
-        for l in self.leaves:
-            if l.kind == "scalar":
-                out.append(np.asarray(l.value, dt.WEAK_DEFAULT[type(l.value)]) if l.struct is None
-                           else np.asarray(l.value, l.struct.dtype))
-            else:
-                out.append(l.value if _on_device(l.value) else np.asarray(l.value))
-        return out
-
-    def rebuild(self, param_tracers):
-        """The function's arguments with array leaves replaced by tracers."""
-        it = iter(param_tracers)
-        i_td = iter(self.treedefs)
-        args = []
-        for i, a in enumerate(self.args):
-            if i in self.static_pos:
-                args.append(a)
-            else:
-                td = next(i_td)
-                args.append(optree.tree_unflatten(td, [next(it) for _ in range(td.num_leaves)]))
-        kwargs = {}
-        for k, v in self.kwargs.items():
-            if k in self.static_names:
-                kwargs[k] = v
-            else:
-                td = next(i_td)
-                kwargs[k] = optree.tree_unflatten(td, [next(it) for _ in range(td.num_leaves)])
-        sig = self.jitted._sig
-        if sig is not None:
-            # re-split into what the function accepts (positional-or-keyword stay positional)
-            ba = inspect.BoundArguments(sig, _ordered(sig, args, kwargs))
-            return ba.args, ba.kwargs
-        return tuple(args), kwargs
-
-
-def _ordered(sig, args, kwargs):
-    import collections
-    out = collections.OrderedDict()
-    names = list(sig.parameters)
-    pos_i = 0
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            out[p.name] = tuple(args[pos_i:])
-            pos_i = len(args)
-        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            if pos_i < len(args):
-                out[p.name] = args[pos_i]
-                pos_i += 1
-        elif p.kind == p.VAR_KEYWORD:
-            out[p.name] = {k: v for k, v in kwargs.items() if k not in names}
-        elif p.name in kwargs:
-            out[p.name] = kwargs[p.name]
-    return out
-
 
 def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_argnames=(),
         backend: str | None = None, pipeline: Sequence[Pass] | None = None):
