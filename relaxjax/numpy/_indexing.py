@@ -11,6 +11,8 @@ from ..errors import InconclusiveDimensionError
 from ..lax.util import normalize_axis
 from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize
 from ._base import arr, cast, dtype_of, env, shape
+from ._shape_ops import moveaxis, ravel, stack
+from ._ufuncs import where_values
 
 
 def _index_bound(v, d, step_positive: bool, what: str):
@@ -156,7 +158,6 @@ def getitem(a, idx):
         # indices are not adjacent (x[0, :, idx]), their result dims go first
         adv = [i for i, v in enumerate(idx) if _is_int_index(v) or _is_array_index(v)]
         if adv[-1] - adv[0] + 1 != len(adv) and pos != 0:
-            from ._shape_ops import moveaxis
             k = len(shape(ind))
             out = moveaxis(out, list(range(pos, pos + k)), list(range(k)))
         return out
@@ -165,7 +166,6 @@ def getitem(a, idx):
 
 def take(a, indices, axis=None):
     """``numpy.take`` (negative indices count from the end; out-of-range is an error)."""
-    from ._shape_ops import ravel
     a = arr(a)
     if axis is None:
         a, axis = ravel(a), 0
@@ -178,7 +178,6 @@ def take(a, indices, axis=None):
 
 def take_along_axis(arr_, indices, axis):
     """``numpy.take_along_axis``."""
-    from ._shape_ops import ravel
     a, ind = arr(arr_), arr(indices)
     if axis is None:
         a, ind, axis = ravel(a), ravel(ind), 0
@@ -204,7 +203,6 @@ def nonzero(a):
 
 
 def argwhere(a):
-    from ._shape_ops import stack
     return stack(nonzero(a), axis=-1)
 
 
@@ -212,3 +210,71 @@ def boolean_mask(a, mask):
     """``a[mask]`` for a bool mask covering the leading axes; the length is a run-time dim."""
     a, m = arr(a), arr(mask)
     return lax.boolean_mask.bind(a, m, count=_count_dim(m, a))
+
+
+def where(condition, x=None, y=None):
+    """``numpy.where``: select elementwise; with one argument, the indices of non-zeros."""
+    if x is None and y is None:
+        return nonzero(condition)
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
+    return where_values(condition, x, y)
+
+
+def split(a, indices_or_sections, axis: int = 0):
+    """``numpy.split``: equal sections (divisibility is proved or guarded) or split points."""
+    a = arr(a)
+    ax = normalize_axis(axis, len(shape(a)))
+    d = shape(a)[ax]
+    if isinstance(indices_or_sections, (list, tuple)):
+        points = [0] + [as_dim(p) for p in indices_or_sections] + [None]
+        return [slice_axis(a, ax, points[i], points[i + 1]) for i in range(len(points) - 1)]
+    k = as_dim(indices_or_sections, "sections")
+    if not isinstance(k, int) or k <= 0:
+        raise ValueError(f"number of sections must be a positive int, got {indices_or_sections}")
+    if not env().divides(d, k, f"split of axis {ax} ({dim_str(d)}) into {k} sections"):
+        raise ValueError(f"array split does not result in an equal division: axis {ax} has size "
+                         f"{dim_str(d)}, not a multiple of {k}")
+    size = floordiv(d, k)
+    return [slice_axis(a, ax, size * i, size * (i + 1)) for i in range(k)]
+
+
+def array_split(a, indices_or_sections, axis: int = 0):
+    """``numpy.array_split``: like ``split``, but ``k`` sections need not divide the axis (the
+    first ``size % k`` sections get one element more)."""
+    if isinstance(indices_or_sections, (list, tuple)):
+        return split(a, indices_or_sections, axis)
+    a = arr(a)
+    ax = normalize_axis(axis, len(shape(a)))
+    d = shape(a)[ax]
+    k = as_dim(indices_or_sections, "sections")
+    if not isinstance(k, int) or k <= 0:
+        raise ValueError(f"number of sections must be a positive int, got {indices_or_sections}")
+    # section i has ceil((d - i) / k) elements: no min/max, one trace for every size
+    sizes = [floordiv(d - i + k - 1, k) for i in range(k)]
+    out, start = [], 0
+    nd = len(shape(a))
+    for size in sizes:
+        out.append(lax.slice.bind(a, start=tuple(start if i == ax else 0 for i in range(nd)),
+                                  size=tuple(size if i == ax else shape(a)[i] for i in range(nd)),
+                                  step=(1,) * nd))
+        start = start + size if not (isinstance(start, int) and start == 0) else size
+    return out
+
+
+def flip(a, axis=None):
+    """``numpy.flip`` (a slice with step -1 on each axis)."""
+    a = arr(a)
+    nd = len(shape(a))
+    axes = range(nd) if axis is None else [normalize_axis(x, nd) for x in
+                                           (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    idx = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))
+    return getitem(a, idx)
+
+
+def fliplr(a):
+    return flip(a, 1)
+
+
+def flipud(a):
+    return flip(a, 0)

@@ -1,4 +1,4 @@
-"""Shape manipulation: reshape, transpose, broadcasting, joining, splitting, padding, tri."""
+"""Shape manipulation: reshape, transpose, broadcasting, joining, tiling, padding, tri."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -11,6 +11,7 @@ from ..errors import ShapeError
 from ..lax.util import normalize_axis
 from ..shapes import as_dim, dim_str, floordiv, prod as dim_prod
 from ._base import arr, cast, dtype_of, env, promote, shape
+from ._ufuncs import add, less_equal, where_values
 
 
 def _as_shape(s, what="shape") -> tuple:
@@ -195,67 +196,6 @@ def vstack(arrays: Sequence):
     return concatenate([atleast_2d(x) for x in arrays], axis=0)
 
 
-def split(a, indices_or_sections, axis: int = 0):
-    """``numpy.split``: equal sections (divisibility is proved or guarded) or split points."""
-    from ._indexing import slice_axis
-    a = arr(a)
-    ax = normalize_axis(axis, len(shape(a)))
-    d = shape(a)[ax]
-    if isinstance(indices_or_sections, (list, tuple)):
-        points = [0] + [as_dim(p) for p in indices_or_sections] + [None]
-        return [slice_axis(a, ax, points[i], points[i + 1]) for i in range(len(points) - 1)]
-    k = as_dim(indices_or_sections, "sections")
-    if not isinstance(k, int) or k <= 0:
-        raise ValueError(f"number of sections must be a positive int, got {indices_or_sections}")
-    if not env().divides(d, k, f"split of axis {ax} ({dim_str(d)}) into {k} sections"):
-        raise ValueError(f"array split does not result in an equal division: axis {ax} has size "
-                         f"{dim_str(d)}, not a multiple of {k}")
-    size = floordiv(d, k)
-    return [slice_axis(a, ax, size * i, size * (i + 1)) for i in range(k)]
-
-
-def array_split(a, indices_or_sections, axis: int = 0):
-    """``numpy.array_split``: like ``split``, but ``k`` sections need not divide the axis (the
-    first ``size % k`` sections get one element more)."""
-    if isinstance(indices_or_sections, (list, tuple)):
-        return split(a, indices_or_sections, axis)
-    a = arr(a)
-    ax = normalize_axis(axis, len(shape(a)))
-    d = shape(a)[ax]
-    k = as_dim(indices_or_sections, "sections")
-    if not isinstance(k, int) or k <= 0:
-        raise ValueError(f"number of sections must be a positive int, got {indices_or_sections}")
-    # section i has ceil((d - i) / k) elements: no min/max, one trace for every size
-    sizes = [floordiv(d - i + k - 1, k) for i in range(k)]
-    out, start = [], 0
-    nd = len(shape(a))
-    for size in sizes:
-        out.append(lax.slice.bind(a, start=tuple(start if i == ax else 0 for i in range(nd)),
-                                  size=tuple(size if i == ax else shape(a)[i] for i in range(nd)),
-                                  step=(1,) * nd))
-        start = start + size if not (isinstance(start, int) and start == 0) else size
-    return out
-
-
-def flip(a, axis=None):
-    """``numpy.flip`` (a slice with step -1 on each axis)."""
-    from ._indexing import getitem
-    a = arr(a)
-    nd = len(shape(a))
-    axes = range(nd) if axis is None else [normalize_axis(x, nd) for x in
-                                           (axis if isinstance(axis, (tuple, list)) else (axis,))]
-    idx = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))
-    return getitem(a, idx)
-
-
-def fliplr(a):
-    return flip(a, 1)
-
-
-def flipud(a):
-    return flip(a, 0)
-
-
 def tile(a, reps):
     """``numpy.tile`` with static repetition counts (broadcast then reshape)."""
     a = arr(a)
@@ -312,7 +252,6 @@ def tri(N, M=None, k: int = 0, dtype=float):
     n = as_dim(N)
     m = n if M is None else as_dim(M)
     i, j = _iota((n, m), 0), _iota((n, m), 1)
-    from ._ufuncs import add, less_equal
     mask = less_equal(j, add(i, k)) if k else less_equal(j, i)
     return cast(mask, dt.canonical(dtype))
 
@@ -326,13 +265,11 @@ def _tri_mask(a, k):
 
 def tril(m, k: int = 0):
     """``numpy.tril``."""
-    from ._ufuncs import where
     m = arr(m)
-    return where(_tri_mask(m, k), m, cast(0, dtype_of(m)))
+    return where_values(_tri_mask(m, k), m, cast(0, dtype_of(m)))
 
 
 def triu(m, k: int = 0):
     """``numpy.triu``."""
-    from ._ufuncs import where
     m = arr(m)
-    return where(_tri_mask(m, k - 1), cast(0, dtype_of(m)), m)
+    return where_values(_tri_mask(m, k - 1), cast(0, dtype_of(m)), m)

@@ -202,13 +202,9 @@ def round(a, decimals: int = 0):
 around = round
 
 
-def where(condition, x=None, y=None):
-    """``numpy.where``: select elementwise; with one argument, the indices of non-zeros."""
-    if x is None and y is None:
-        from ._indexing import nonzero
-        return nonzero(condition)
-    if x is None or y is None:
-        raise ValueError("either both or neither of x and y should be given")
+def where_values(condition, x, y):
+    """``numpy.where(condition, x, y)``: elementwise selection (``where`` with one argument
+    is ``nonzero``, in _indexing)."""
     cond = cast(arr(condition), np.dtype(bool))
     xs = [v if isinstance(v, (bool, int, float)) else arr(v) for v in (x, y)]
     x, y = promote(*xs)

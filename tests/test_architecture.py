@@ -1,0 +1,184 @@
+"""The package's structure, checked: imports flow one way through the layers README.md draws
+(trace -> graph IR -> passes -> loop IR -> backend -> runtime), with no import circles, and
+every primitive has a lowering on every backend.
+
+The import graph is read from the source with ``ast``: imports inside functions count as
+much as module-level ones, and importing ``a.b.c`` from outside package ``a.b`` runs (so
+depends on) ``a/b/__init__.py`` too."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+import relaxjax  # noqa: F401  (registers every primitive and backend)
+
+PACKAGE_DIR = pathlib.Path(relaxjax.__file__).parent
+
+# Layers, bottom to top: a module may import modules of its own layer or of layers below.
+# Keys are module names or package prefixes; the longest matching key decides.
+LAYERS = [
+    ("plain data", ["relaxjax._version", "relaxjax.errors", "relaxjax.dtypes", "relaxjax.shapes",
+                    "relaxjax.structs", "relaxjax.ir", "relaxjax.tir", "relaxjax.library",
+                    "relaxjax.cache"]),
+    ("tracing", ["relaxjax.core"]),
+    ("primitives", ["relaxjax.lax"]),
+    ("front ends", ["relaxjax.numpy", "relaxjax.nn", "relaxjax.frontend", "relaxjax.pykernel"]),
+    ("passes", ["relaxjax.compile"]),
+    ("backends", ["relaxjax.backends"]),
+    ("driver and tools", ["relaxjax", "relaxjax.jit", "relaxjax.jit_args", "relaxjax.jit_trace",
+                          "relaxjax.jit_cache", "relaxjax.signature", "relaxjax.testing",
+                          "relaxjax.__main__"]),
+]
+_LEVEL = {prefix: (level, name) for level, (name, prefixes) in enumerate(LAYERS) for prefix in prefixes}
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        key = ".".join(parts[:k])
+        if key in _LEVEL:
+            return _LEVEL[key]
+    raise KeyError(module)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imported(module: str, path: pathlib.Path, node) -> list[str]:
+    """The relaxjax modules an import statement loads."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = module.split(".")
+            if path.name != "__init__.py":
+                base = base[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            pkg = ".".join(base + ([node.module] if node.module else []))
+        else:
+            pkg = node.module or ""
+        names = [f"{pkg}.{a.name}" if f"{pkg}.{a.name}" in MODULES else pkg for a in node.names]
+    out = []
+    for n in names:
+        while n not in MODULES and "." in n:
+            n = n.rsplit(".", 1)[0]
+        if n in MODULES and n.startswith("relaxjax"):
+            out.append(n)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in _imported(module, path, node):
+                # a.b.c also runs the __init__ of every package above it, except the ones
+                # the importer is inside of (they are running already) and relaxjax itself
+                parts = target.split(".")
+                for k in range(2, len(parts) + 1):
+                    dep = ".".join(parts[:k])
+                    inside = module == dep or module.startswith(dep + ".")
+                    if dep in MODULES and dep != module and (dep == target or not inside):
+                        graph[module].add(dep)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict = {}
+    low: dict = {}
+    on_stack: set = set()
+    stack: list = []
+    out = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+GRAPH = import_graph()
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in MODULES if not _has_layer(m)]
+    assert not unplaced, f"modules missing from LAYERS (say where they sit): {unplaced}"
+
+
+def _has_layer(m: str) -> bool:
+    try:
+        layer_of(m)
+    except KeyError:
+        return False
+    return True
+
+
+def test_imports_flow_down_the_layers():
+    upward = []
+    for module, deps in sorted(GRAPH.items()):
+        level, name = layer_of(module)
+        for dep in sorted(deps):
+            dep_level, dep_name = layer_of(dep)
+            if dep_level > level:
+                upward.append(f"{module} ({name}) imports {dep} ({dep_name})")
+    assert not upward, "imports against the flow:\n" + "\n".join(upward)
+
+
+def test_no_import_circles():
+    cycles = _cycles(GRAPH)
+    assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_checks_catch_what_they_are_for():
+    # the checker itself: an upward edge and a circle are found in a made-up graph
+    made_up = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert _cycles(made_up) == [["a", "b", "c"]]
+    assert layer_of("relaxjax.compile.fuse")[0] > layer_of("relaxjax.tir.nodes")[0]
+    assert layer_of("relaxjax.backends.llvm.codegen")[0] > layer_of("relaxjax.compile")[0]
+    # relative imports inside functions are resolved
+    assert "relaxjax.lax.tir_interp" in GRAPH["relaxjax.pykernel.call"]
