@@ -15,7 +15,8 @@ import numpy as np
 import optree
 
 from .backends import get_backend
-from .compile.passes import Pass, default_pipeline, run_pipeline
+from .compile.passes import Pass, run_pipeline
+from .compile.pipeline import default_pipeline
 from .errors import ShapeError
 from .ir import IRModule
 from .jit_args import CallArgs, spec_list

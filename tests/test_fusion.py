@@ -17,7 +17,7 @@ from relaxjax.compile import verify
 from relaxjax.tir.analysis import classify_primfunc
 from relaxjax.compile.fuse import fuse_ops
 from relaxjax.compile.legalize import legalize
-from relaxjax.compile.passes import dead_code_elimination, default_pipeline
+from relaxjax.compile import dead_code_elimination, default_pipeline
 from relaxjax.tir import PrimFunc
 
 from helpers import BACKENDS, SIZES

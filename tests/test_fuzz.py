@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from relaxjax.backends import _BACKENDS
+from relaxjax.backends.registry import _BACKENDS
 from relaxjax.backends.numpy_backend import NumpyExecutable
 from relaxjax.shapes import symbol
 from relaxjax.testing import fuzz

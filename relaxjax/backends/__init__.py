@@ -1,36 +1,11 @@
-"""Backends turn a (lowered) IRModule into an executable.
+"""Backends turn a lowered IRModule into an executable.
 
 An executable is called as ``exe(dims, arrays) -> list of results`` where ``dims`` maps dim
 names to ints (bound from the arguments) and ``arrays`` are the parameters' values.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-_BACKENDS: dict[str, Callable] = {}
-_AVAILABLE: dict[str, Callable[[], bool]] = {}
-
-
-def register_backend(name: str, compile_fn: Callable, available: Callable[[], bool] | None = None) -> None:
-    """``available()`` says whether the backend can run here (a GPU is present, ...)."""
-    _BACKENDS[name] = compile_fn
-    _AVAILABLE[name] = available or (lambda: True)
-
-
-def get_backend(name: str) -> Callable:
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; available backends: {', '.join(sorted(_BACKENDS))}")
-    return _BACKENDS[name]
-
-
-def available_backends() -> list[str]:
-    """The backends that can run on this machine (every test runs on each)."""
-    return sorted(n for n in _BACKENDS if _AVAILABLE[n]())
-
-
-def registered_backends() -> list[str]:
-    return sorted(_BACKENDS)
-
+from .registry import available_backends, get_backend, register_backend, registered_backends  # noqa: F401
 
 from . import numpy_backend  # noqa: E402,F401  (registers "numpy")
 from . import llvm  # noqa: E402,F401  (registers "llvm")

@@ -18,7 +18,7 @@ from ..errors import ShapeError
 from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import contiguous, lookup
 from ..shapes import dim_str, free_symbols, is_symbolic
-from . import register_backend
+from .registry import register_backend
 from ..lax.tir_interp import check_host, compile_primfunc
 
 _GLOBALS = {"min": min, "max": max, "__builtins__": {}}

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from ..ir import Binding, Function, IRModule, Literal, Var
 from ..shapes import ShapeEnv, free_symbols, is_symbolic, prod
+from ..tir.analysis import classify_primfunc
+from .fuse_tir import FusionError, fused_primfunc
 from .passes import Pass
 
 INJECTIVE_KINDS = {"elementwise", "broadcast", "injective"}
@@ -40,7 +42,6 @@ def op_pattern(b: Binding) -> str:
     if b.kind == "library":
         return "output_fusable" if b.callee.name.startswith("blas.") else "opaque"
     if b.kind == "tir":
-        from ..tir.analysis import classify_primfunc
         return "injective" if classify_primfunc(b.callee) in ("elementwise", "injective") else "opaque"
     kind = getattr(b.callee, "kind", "opaque")
     if kind == "data_dependent" or b.callee.name == "match_cast" or len(b.outvars) != 1:
@@ -275,7 +276,6 @@ def _closed(sub: Function) -> bool:
 
 
 def _buildable(sub: Function, kind: str) -> bool:
-    from .fuse_tir import FusionError, fused_primfunc
     try:
         fused_primfunc(sub, kind)
     except FusionError:

@@ -20,14 +20,14 @@ import weakref
 
 import sympy
 
-from .. import dtypes as dt
 from ..ir import Binding, Function, Literal, Var
 from ..shapes import ShapeEnv, is_symbolic, prod
 from .. import tir
 from ..tir.analysis import inline_primfunc, perfect_nest
-from .legalize import (BLAS, COMPUTE, REDUCERS, LibraryFunc, _acc_dtype, _const,
-                       _buffer_names, _loop_kinds, elementwise_rule, reindex, scalar_literal_expr)
-from ..tir import Assign, Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
+from ..library import LibraryFunc
+from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, default_loop_kinds,
+                       elementwise_rule, reindex, scalar_literal_expr)
+from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -70,7 +70,7 @@ class _Builder:
                                    [b.params for b in bindings],
                                    [a.value for b in bindings for a in b.args if isinstance(a, Literal)],
                                    [v.type.shape for b in bindings for v in b.outvars]))
-        names = _buffer_names(self.taken)
+        names = buffer_names(self.taken)
         needed = self.upstream(outputs) & set(inputs)
         self.buffer: dict = {}
         self.call_inputs: list = []
@@ -215,7 +215,7 @@ class _Builder:
                 vi = idx if v.type.shape == tuple(anchor) else reindex(list(idx), anchor, v.type.shape)
                 pairs.append((self.out_buffer[v], tuple(vi), self.value(v, list(vi))))
             return Seq(self.store_all(pairs))
-        return self.primfunc(tir.loop_nest(extents, body, _loop_kinds(len(anchor)), self.taken))
+        return self.primfunc(tir.loop_nest(extents, body, default_loop_kinds(len(anchor)), self.taken))
 
     def reduction(self) -> PrimFunc:
         reds = [b for b in self.bindings if _is_reduction(b)]
@@ -250,25 +250,18 @@ class _Builder:
             idx = full_index(inner)
             self.full_key = self._key(idx)
             self.pending = []
-            init, combine = REDUCERS[r.callee.name]
             out_t = r.outvars[0].type.dtype
-            acc_t = _acc_dtype(r.callee.name, out_t)
-            if dt.is_bool(out_t) and r.callee.name in ("reduce_max", "reduce_min"):
-                combine = "or" if r.callee.name == "reduce_max" else "and"
+            accum = Accumulator(r.callee.name, out_t)
             x = self.value(r.args[0], idx)
-            if x.dtype != acc_t:
-                x = op("convert", x, dtype=acc_t)
-            acc = tir.fresh("acc", self.taken, acc_t)
-            body = Seq([st for _, sts in self.pending for st in sts] +
-                       [Assign(acc, op(combine, acc, x, dtype=acc_t, flags=("reassoc",)))])
+            acc = tir.fresh("acc", self.taken, accum.dtype)
+            body = Seq([st for _, sts in self.pending for st in sts] + [accum.update(acc, x)])
             for v, _ in self.pending:
                 self.cached[v] = self.to_cache[v]
             self.pass_value = {}
             for var, ext in reversed(list(zip(inner, red_extents))):
                 body = For(var, ext, "reduction", body)
             res = tir.fresh("red", self.taken, out_t)
-            stmts += [Local(acc, _const(init(acc_t), acc_t)), body,
-                      Local(res, acc if acc_t == out_t else op("convert", acc, dtype=out_t))]
+            stmts += [Local(acc, accum.init), body, Local(res, accum.result(acc))]
             self.locals[r.outvars[0]] = (res, list(outer))
         row_outs = [v for v in self.outputs if out_level[v] == "kept"]
         pairs = []
@@ -293,7 +286,7 @@ class _Builder:
                 body = For(var, ext, kind, body)
             stmts.append(body)
         body = Seq(stmts)
-        kinds = _loop_kinds(len(kept))
+        kinds = default_loop_kinds(len(kept))
         if kinds:
             kinds[-1] = "serial" if len(kinds) > 1 else "parallel"
         for var, d, kind in reversed(list(zip(outer, kept, kinds))):

@@ -95,13 +95,3 @@ def _dce(module: IRModule) -> IRModule:
 
 
 dead_code_elimination = Pass("DeadCodeElimination", _dce)
-
-
-def default_pipeline(lower: bool = True) -> list[Pass]:
-    """The passes ``jit`` runs between tracing and the backend: canonicalize (fold
-    constants, exact algebraic identities, CSE, shape simplification, DCE), fuse, then (for
-    backends that run loop-level programs) lower to call_tir / call_library."""
-    from .fuse import fuse_ops
-    from .legalize import legalize
-    from .simplify import canonicalize
-    return [canonicalize, fuse_ops] + ([legalize] if lower else [])

@@ -7,6 +7,7 @@ import sympy
 from ..errors import InconclusiveDimensionError, ShapeError
 from ..ir import Function, IRModule, Literal, Var
 from ..shapes import ShapeEnv, dim_str
+from ..tir import PrimFunc, TIRError, verify_primfunc
 
 
 class VerificationError(AssertionError):
@@ -31,7 +32,6 @@ class _AssumingEnv(ShapeEnv):
 
 
 def verify(module: IRModule) -> None:
-    from ..tir import PrimFunc, TIRError, verify_primfunc
     for fn in module.functions.values():
         if isinstance(fn, Function):
             verify_function(fn)

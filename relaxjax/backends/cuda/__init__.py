@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .. import register_backend
+from ..registry import register_backend
 from .codegen import CudaKernel, emit_cuda  # noqa: F401
 from .device import CupyDevice, EmulatedDevice
 from .runtime import CudaExecutable

@@ -1,0 +1,308 @@
+"""The loop-level meaning of graph primitives, shared by Legalize (one program per binding)
+and FuseTIR (one program per fused group).
+
+Each primitive's loop-level meaning is a *compute rule*: given the output element's index
+(loop variables) and a reader per operand, return the scalar expression for that element.
+Elementwise primitives share one rule (an ``Op`` named like the primitive, so a backend adds
+one scalar lowering per primitive); layout primitives map indices; reductions fold elements
+into an ``Accumulator``.  Compute rules compose by substituting a producer's expression for
+a reader, which is how fusion inlines producers into consumers.
+
+Left at the graph level, as host operations (``HOST_OPS``): ``reshape`` (a zero-copy view of
+a row-major buffer), ``match_cast`` (a run-time shape check), and the data-dependent
+``nonzero`` and ``boolean_mask``, whose output size is only known after reading the data.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import numpy as np
+import sympy
+
+from .. import dtypes as dt
+from .. import tir
+from ..ir import Literal
+from ..shapes import is_symbolic
+from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, from_sympy, op
+
+HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
+# float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)
+BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}
+
+Reader = Callable[[list], Expr]
+
+
+# ---------------------------------------------------------------------------------------
+# Compute rules: out-index -> scalar expression
+# ---------------------------------------------------------------------------------------
+
+COMPUTE: dict[str, Callable] = {}
+
+
+def compute_rule(*names):
+    def deco(fn):
+        for n in names:
+            COMPUTE[n] = fn
+        return fn
+    return deco
+
+
+def broadcast_index(in_shape: tuple, idx: list) -> list:
+    """Index into an operand that broadcasts (NumPy rules) to an output indexed by ``idx``."""
+    lead = len(idx) - len(in_shape)
+    return [Const(0, INDEX) if (isinstance(d, int) and d == 1) else idx[lead + k]
+            for k, d in enumerate(in_shape)]
+
+
+def elementwise_rule(name, idx, reads, in_types, out_type, **params):
+    args = [r(broadcast_index(t.shape, idx)) for r, t in zip(reads, in_types)]
+    if name == "convert":
+        return op("convert", args[0], dtype=out_type.dtype)
+    return op(name, *args, dtype=out_type.dtype)
+
+
+@compute_rule("broadcast_to")
+def _broadcast_to(name, idx, reads, in_types, out_type, *, shape):
+    return reads[0](broadcast_index(in_types[0].shape, idx))
+
+
+@compute_rule("transpose")
+def _transpose(name, idx, reads, in_types, out_type, *, perm):
+    src = [None] * len(perm)
+    for k, p in enumerate(perm):
+        src[p] = idx[k]
+    return reads[0](src)
+
+
+@compute_rule("reshape")
+def _reshape(name, idx, reads, in_types, out_type, *, new_sizes):
+    return reads[0](reindex(idx, out_type.shape, in_types[0].shape))
+
+
+def reindex(idx: list, out_shape: tuple, in_shape: tuple) -> list:
+    """Row-major index conversion between two shapes of the same size.  Size-1 axes index
+    at 0 and a common suffix of equal dims maps straight through, so (n, 1) -> (n,) is the
+    identity and (n, 4) -> (n // 2, 2, 4) only linearizes a prefix."""
+    keep_out = [k for k, d in enumerate(out_shape) if not (isinstance(d, int) and d == 1)]
+    keep_in = [k for k, d in enumerate(in_shape) if not (isinstance(d, int) and d == 1)]
+    if len(keep_out) < len(out_shape) or len(keep_in) < len(in_shape):
+        inner = reindex([idx[k] for k in keep_out], tuple(out_shape[k] for k in keep_out),
+                        tuple(in_shape[k] for k in keep_in))
+        src = [Const(0, INDEX)] * len(in_shape)
+        for k, i in zip(keep_in, inner):
+            src[k] = i
+        return src
+    k = 0
+    while (k < min(len(out_shape), len(in_shape)) - 0 and
+           _same_dim(out_shape[len(out_shape) - 1 - k], in_shape[len(in_shape) - 1 - k])):
+        k += 1
+    out_pre, in_pre = out_shape[:len(out_shape) - k], in_shape[:len(in_shape) - k]
+    tail = idx[len(idx) - k:] if k else []
+    flat = Const(0, INDEX)
+    for i, d in zip(idx[:len(out_pre)], out_pre):
+        flat = flat * from_sympy(d) + i
+    src = []
+    for d in reversed(in_pre[1:]):
+        src.append(flat % from_sympy(d))
+        flat = flat // from_sympy(d)
+    if in_pre:
+        src.append(flat)
+    return list(reversed(src)) + list(tail)
+
+
+def _same_dim(a, b) -> bool:
+    return (a == b) if isinstance(a, int) or isinstance(b, int) else sympy.simplify(a - b) == 0
+
+
+@compute_rule("slice")
+def _slice(name, idx, reads, in_types, out_type, *, start, size, step):
+    return reads[0]([from_sympy(b) + i * from_sympy(s) for i, b, s in zip(idx, start, step)])
+
+
+@compute_rule("concatenate")
+def _concatenate(name, idx, reads, in_types, out_type, *, axis):
+    offsets, off = [], sympy.Integer(0)
+    for t in in_types:
+        offsets.append(off)
+        off = off + t.shape[axis]
+
+    def part(k):
+        j = list(idx)
+        j[axis] = idx[axis] - from_sympy(offsets[k])
+        return reads[k](j)
+    expr = part(len(reads) - 1)
+    for k in range(len(reads) - 2, -1, -1):     # lazy branches: only the taken input is read
+        expr = op("if_then_else", op("lt", idx[axis], from_sympy(offsets[k + 1])), part(k), expr,
+                  dtype=out_type.dtype)
+    return expr
+
+
+@compute_rule("pad")
+def _pad(name, idx, reads, in_types, out_type, *, low, high):
+    src = [i - from_sympy(lo) for i, lo in zip(idx, low)]
+    inside = None
+    for s, d in zip(src, in_types[0].shape):
+        c = op("and", op("ge", s, 0), op("lt", s, from_sympy(d)))
+        inside = c if inside is None else op("and", inside, c)
+    value = reads[1]([])
+    if inside is None:
+        return reads[0](src)
+    return op("if_then_else", inside, reads[0](src), value, dtype=out_type.dtype)
+
+
+@compute_rule("iota")
+def _iota(name, idx, reads, in_types, out_type, *, shape, dimension, dtype):
+    return op("convert", idx[dimension], dtype=out_type.dtype)
+
+
+def _gather_index(j: Expr, d) -> Expr:
+    """NumPy's negative indices count from the end.  Out-of-range indices are rejected by the
+    caller before the call (``host_checks``); the clamp keeps the loops in bounds regardless."""
+    n = from_sympy(d)
+    j = op("select", op("lt", j, 0), j + n, j)
+    return op("max", op("min", j, n - 1), 0)
+
+
+@compute_rule("take")
+def _take(name, idx, reads, in_types, out_type, *, axis):
+    x, ind = in_types
+    r = ind.ndim
+    j = reads[1](idx[axis:axis + r])
+    return reads[0](idx[:axis] + [_gather_index(j, x.shape[axis])] + idx[axis + r:])
+
+
+@compute_rule("take_along_axis")
+def _take_along_axis(name, idx, reads, in_types, out_type, *, axis):
+    x, ind = in_types
+    bidx = [Const(0, INDEX) if (k != axis and isinstance(d, int) and d == 1) else i
+            for k, (i, d) in enumerate(zip(idx, ind.shape))]
+    j = reads[1](bidx)
+    xi = [Const(0, INDEX) if (k != axis and isinstance(d, int) and d == 1) else i
+          for k, (i, d) in enumerate(zip(idx, x.shape))]
+    xi[axis] = _gather_index(j, x.shape[axis])
+    return reads[0](xi)
+
+
+# ---------------------------------------------------------------------------------------
+# Reductions: (init, combine) over the reduced axes, accumulated in a local
+# ---------------------------------------------------------------------------------------
+
+def _lowest(dtype):
+    return -np.inf if dt.is_float(dtype) else (False if dt.is_bool(dtype) else np.iinfo(dtype).min)
+
+
+def _highest(dtype):
+    return np.inf if dt.is_float(dtype) else (True if dt.is_bool(dtype) else np.iinfo(dtype).max)
+
+
+def accumulator_dtype(name, dtype):
+    # float16 accumulates in float32, as NumPy's pairwise sum effectively does
+    return np.dtype("float32") if dtype == np.dtype("float16") and name in ("reduce_sum", "reduce_prod") \
+        else dtype
+
+
+REDUCERS = {
+    "reduce_sum": (lambda d: 0, "add"),
+    "reduce_prod": (lambda d: 1, "mul"),
+    "reduce_max": (_lowest, "max"),
+    "reduce_min": (_highest, "min"),
+    "reduce_and": (lambda d: True, "and"),
+    "reduce_or": (lambda d: False, "or"),
+}
+
+
+def scalar_const(v, dtype) -> Const:
+    if dt.is_bool(dtype):
+        return Const(bool(v), BOOL)
+    if dt.is_float(dtype):
+        return Const(float(v), np.dtype(dtype))
+    return Const(int(v), np.dtype(dtype))
+
+
+class Accumulator:
+    """The running value of a reduction: a local of ``dtype`` (float16 sums and products in
+    float32, as NumPy's pairwise sum effectively does), its initial value and the op that
+    folds an element in (on bools, max is or and min is and)."""
+
+    def __init__(self, reducer: str, out_dtype):
+        init, combine = REDUCERS[reducer]
+        self.out_dtype = np.dtype(out_dtype)
+        self.dtype = accumulator_dtype(reducer, self.out_dtype)
+        if dt.is_bool(self.out_dtype) and reducer in ("reduce_max", "reduce_min"):
+            combine = "or" if reducer == "reduce_max" else "and"
+        self.combine = combine
+        self.init = scalar_const(init(self.dtype), self.dtype)
+
+    def update(self, acc: tir.Var, x: Expr) -> Assign:
+        """``acc = combine(acc, x)``, reorderable (the backends may vectorize it)."""
+        if x.dtype != self.dtype:
+            x = op("convert", x, dtype=self.dtype)
+        return Assign(acc, op(self.combine, acc, x, dtype=self.dtype, flags=("reassoc",)))
+
+    def result(self, acc: tir.Var) -> Expr:
+        return acc if self.dtype == self.out_dtype else op("convert", acc, dtype=self.out_dtype)
+
+
+def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) -> "tir.Stmt":
+    """``acc = init; for r...: acc = combine(acc, x[...]); store(acc)``."""
+    x_shape = in_type.shape
+    red_axes = [a for a in range(len(x_shape)) if a in axes]
+    rvars = [tir.fresh(f"r{k}", taken) for k in range(len(red_axes))]
+    full, it_out, it_red = [], iter(out_idx), iter(rvars)
+    for a in range(len(x_shape)):
+        full.append(next(it_red) if a in axes else next(it_out))
+    if name in ("argmax", "argmin"):
+        return _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken)
+    accum = Accumulator(name, out_type.dtype)
+    acc = tir.fresh("acc", taken, accum.dtype)
+    update: "tir.Stmt" = accum.update(acc, reads[0](full))
+    for v, a in reversed(list(zip(rvars, red_axes))):
+        update = For(v, from_sympy(x_shape[a]), "reduction", update)
+    return Seq([Local(acc, accum.init), update, store(accum.result(acc))])
+
+
+def _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken):
+    (r,), (a,) = rvars, red_axes
+    first = list(full)
+    first[a] = Const(0, INDEX)
+    x0 = reads[0](first)
+    best = tir.fresh("best", taken, x0.dtype)
+    best_i = tir.fresh("best_i", taken)
+    v = reads[0](full)
+    better = op("gt" if name == "argmax" else "lt", v, best)
+    if dt.is_float(x0.dtype):      # the first NaN wins, as in NumPy
+        better = op("or", better, op("and", op("ne", v, v), op("eq", best, best)))
+    body = tir.If(better, Seq([Assign(best, v), Assign(best_i, r)]))
+    loop = For(r, from_sympy(x_shape[a]), "reduction", body, start=Const(1, INDEX))
+    return Seq([Local(best, x0), Local(best_i, Const(0, INDEX)), loop, store(best_i)])
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers for building programs
+# ---------------------------------------------------------------------------------------
+
+def buffer_names(taken: set):
+    """Buffer names that cannot be confused with the program's dim variables."""
+    for c in itertools.chain("abcdefgh", (f"a{k}" for k in itertools.count())):
+        if c not in taken:
+            yield c
+
+
+def scalar_literal_expr(a) -> Expr | None:
+    """A scalar literal operand (a number or a symbolic dim used as a value) as a constant
+    expression inside a program; None for arrays, which are passed as buffers."""
+    if not isinstance(a, Literal) or a.type.ndim != 0 or np.ndim(a.value) != 0:
+        return None
+    v = a.value
+    if is_symbolic(v):
+        return op("convert", from_sympy(v), dtype=a.type.dtype) if a.type.dtype != INDEX else from_sympy(v)
+    return scalar_const(np.asarray(v).item(), a.type.dtype)
+
+
+def default_loop_kinds(rank: int) -> list:
+    kinds = ["serial"] * rank
+    if rank:
+        kinds[-1] = "vectorized"
+        kinds[0] = "parallel"
+    return kinds

@@ -1,0 +1,14 @@
+"""The default pass pipeline, the one ``jit`` runs between tracing and the backend."""
+from __future__ import annotations
+
+from .fuse import fuse_ops
+from .legalize import legalize
+from .passes import Pass
+from .simplify import canonicalize
+
+
+def default_pipeline(lower: bool = True) -> list[Pass]:
+    """Canonicalize (fold constants, exact algebraic identities, CSE, shape simplification,
+    DCE), fuse, then (for backends that run loop-level programs) lower to call_tir /
+    call_library."""
+    return [canonicalize, fuse_ops] + ([legalize] if lower else [])
