@@ -15,6 +15,7 @@ import numpy as np
 import optree
 
 from .backends import get_backend
+from .compile.legalize import legalize, unlowered
 from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .errors import ShapeError
@@ -285,6 +286,10 @@ class Jitted:
                 lowered = lower_cached(module, pipeline)
             else:
                 lowered = run_pipeline(module, pipeline)
+                if getattr(backend, "runs_loops", True) and unlowered(lowered.main):
+                    # a backend is handed a fully lowered module: lower what the user's
+                    # pipeline left (a pipeline without Legalize)
+                    lowered = run_pipeline(lowered, [legalize], dump_input=False)
             exe = backend(lowered)
             return _Entry(lowered, exe, traced.binder, traced.out_tree, traced.out_kinds,
                           traced.trace_seconds)

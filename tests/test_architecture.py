@@ -182,3 +182,21 @@ def test_the_checks_catch_what_they_are_for():
     assert layer_of("relaxjax.backends.llvm.codegen")[0] > layer_of("relaxjax.compile")[0]
     # relative imports inside functions are resolved
     assert "relaxjax.lax.tir_interp" in GRAPH["relaxjax.pykernel.call"]
+
+
+@pytest.mark.parametrize("backend", ["llvm", "cuda-emulated"])
+def test_backends_are_handed_lowered_modules(backend):
+    """No backend runs passes: one handed an unlowered module says so; the driver lowers
+    what a user's pipeline leaves before it hands the module over."""
+    from relaxjax.backends import get_backend
+    from relaxjax.compile.simplify import canonicalize
+
+    def f(x):
+        return relaxjax.numpy.tanh(x * 2.0) + 1.0
+    module = relaxjax.make_ir(f)(relaxjax.ShapeDtypeStruct(("n",), "float32"))
+    with pytest.raises(ValueError, match="Legalize"):
+        get_backend(backend)(module)
+    g = relaxjax.jit(f, pipeline=[canonicalize], backend=backend)
+    for n in (1, 7, 1000):
+        x = np.linspace(-3, 3, n, dtype=np.float32)
+        np.testing.assert_allclose(g(x), np.tanh(x.astype(np.float64) * 2) + 1, rtol=1e-5, atol=1e-6)

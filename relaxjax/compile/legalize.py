@@ -15,7 +15,7 @@ from .lowering import (BLAS, COMPUTE, HOST_OPS, Accumulator, broadcast_index, bu
                        default_loop_kinds, elementwise_rule, reduction_body, scalar_literal_expr)
 from .passes import Pass
 
-__all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for"]
+__all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
 
 
 def _operands(args, taken: set):
@@ -152,3 +152,21 @@ def _legalize(module: IRModule) -> IRModule:
 
 
 legalize = Pass("Legalize", _legalize)
+
+
+def unlowered(fn: Function) -> list[str]:
+    """What a backend that runs loop-level programs cannot run in ``fn``: primitives other
+    than host operations, and fused groups not yet lowered (by name, in program order)."""
+    return [b.callee.name for b in fn.bindings
+            if b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"]
+
+
+def check_lowered(module: IRModule, backend: str) -> None:
+    """Raise ValueError unless Legalize has lowered ``module`` (what the driver guarantees
+    before it hands a module to ``backend``)."""
+    left = unlowered(module.main)
+    if left:
+        raise ValueError(f"the {backend} backend runs lowered modules; {', '.join(dict.fromkeys(left))} "
+                         f"is not lowered: run the Legalize pass (relaxjax.compile.legalize.legalize) "
+                         f"last in the pipeline")
+

@@ -14,9 +14,8 @@ import threading
 
 import numpy as np
 
-from ...compile.legalize import HOST_OPS, legalize
+from ...compile.legalize import check_lowered
 from ...compile.memplan import byte_size, plan_memory
-from ...compile.passes import run_pipeline
 from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
@@ -56,19 +55,13 @@ def index_fn(e):
     return eval(f"lambda D: {src(e)}", {"max": max, "min": min, "__builtins__": {}})  # noqa: S307
 
 
-def _has_unlowered(fn: Function) -> bool:
-    return any(b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"
-               for b in fn.bindings)
-
-
 class CudaExecutable:
     """Code generation happens here, with no GPU needed (``as_text("cuda")``); the device
     (``device_factory()``) is opened, the module compiled and constants uploaded at the
     first call."""
 
     def __init__(self, module: IRModule, device_factory):
-        if _has_unlowered(module.main):
-            module = run_pipeline(module, [legalize], dump_input=False)
+        check_lowered(module, "cuda")
         self.module, self._device_factory = module, device_factory
         self.device = None
         self._ready = False

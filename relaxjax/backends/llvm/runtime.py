@@ -17,9 +17,8 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ... import cache
-from ...compile.legalize import HOST_OPS, legalize
+from ...compile.legalize import check_lowered
 from ...compile.memplan import ALIGN, byte_size, plan_memory
-from ...compile.passes import run_pipeline
 from ...tir import PrimFunc
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
@@ -380,11 +379,6 @@ def _python_library(b: Binding) -> bool:
     return True
 
 
-def _has_unlowered(fn: Function) -> bool:
-    return any(b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"
-               for b in fn.bindings)
-
-
 class LLVMExecutable:
     def __init__(self, module: IRModule):
         target.init()
@@ -393,8 +387,7 @@ class LLVMExecutable:
         if not target.libgomp():
             set_num_threads(1)
         _runtime_symbols()
-        if _has_unlowered(module.main):       # the backend needs loops: lower what is left
-            module = run_pipeline(module, [legalize], dump_input=False)
+        check_lowered(module, "llvm")
         self.module = module
         fn = module.main
         self.fn = fn
