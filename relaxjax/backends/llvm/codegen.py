@@ -8,50 +8,16 @@ Each ``PrimFunc`` ``k`` becomes three functions:
 * ``@k(ptr %args)`` — the entry: unpacks an array of i64 slots (buffer addresses, then dims)
   and runs the body serially or through ``GOMP_parallel`` when there is enough work.
 
-NumPy's semantics are kept where C's differ: integer division and modulo floor (and give 0
-for a zero divisor), shifts past the bit width give 0 (or -1), max/min propagate NaN,
-float-to-int conversions saturate instead of being undefined.
+Scalar ops are rendered from the table in ``scalar_ops`` (NumPy's semantics where C's
+differ); statements, loops, loads and stores here.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ... import tir
-from ...tir import (BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
-                            Store, Var, from_sympy)
-from . import mathlib
-
-_TY = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
-       "uint16": "i16", "uint32": "i32", "uint64": "i64", "float16": "half", "float32": "float",
-       "float64": "double"}
-_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
-_FLOAT_RANK = {"half": 0, "float": 1, "double": 2}
-
-
-def llty(dtype) -> str:
-    return _TY[np.dtype(dtype).name]
-
-
-def memty(dtype) -> str:
-    """Type in memory: NumPy stores bool as a byte."""
-    return "i8" if np.dtype(dtype) == BOOL else llty(dtype)
-
-
-def _is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
-
-
-def _signed(dtype) -> bool:
-    return np.dtype(dtype).kind == "i"
-
-
-def _fconst(v: float, ty: str) -> str:
-    """LLVM spells non-trivial float constants as 64-bit hex; half as its own bits."""
-    if ty == "half":
-        return "0xH%04X" % int(np.array(v, np.float16).view(np.uint16))
-    if ty == "float":
-        v = float(np.float32(v))
-    return "0x%016X" % int(np.array(v, np.float64).view(np.uint64))
+from ...tir import BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, from_sympy
+from .irtypes import fconst, is_float, llty, memty, suffix
+from .scalar_ops import render_op
 
 
 class _Fn:
@@ -303,8 +269,8 @@ class KernelEmitter:
         ty = llty(dtype)
         if dtype == BOOL:
             return "true" if v else "false"
-        if _is_float(dtype):
-            return _fconst(float(v), ty)
+        if is_float(dtype):
+            return fconst(float(v), ty)
         # LLVM spells integers signed; an unsigned value is written as its bit pattern
         return str(int(np.array(int(v)).astype(dtype).view(f"i{np.dtype(dtype).itemsize}")))
 
@@ -325,190 +291,7 @@ class KernelEmitter:
         return fn.val("", f"phi {llty(e.dtype)} [ {va}, %{ba} ], [ {vb}, %{bb} ]")
 
     def _op(self, e: Op, args: list) -> str:
-        fn = self.fn
-        name = e.name
-        src = e.args[0].dtype
-        ty, sty = llty(e.dtype), llty(src)
-        flt, sgn = _is_float(src), _signed(src)
-        fm = " reassoc" if "reassoc" in e.flags and flt else ""
-
-        def v(instr):
-            return fn.val(ty, instr)
-
-        if name == "convert":
-            return self._convert(args[0], src, e.dtype)
-        if name in ("add", "sub", "mul") and src == BOOL:
-            name = {"add": "or", "mul": "and", "sub": "xor"}[name]
-        if name in ("add", "sub", "mul"):
-            return v(f"{'f' if flt else ''}{name}{fm} {ty} {args[0]}, {args[1]}")
-        if name == "div":
-            return v(f"fdiv {ty} {args[0]}, {args[1]}")
-        if name in ("floor_div", "rem"):
-            return self._floor_div_rem(name, args, src)
-        if name in ("and", "or", "xor"):
-            return v(f"{name} {ty} {args[0]}, {args[1]}")
-        if name in ("max", "min"):
-            if src == BOOL:
-                return v(f"{'or' if name == 'max' else 'and'} i1 {args[0]}, {args[1]}")
-            intr = (f"llvm.{name}imum" if flt else f"llvm.{'s' if sgn else 'u'}{name}") + f".{_suffix(sty)}"
-            self.helpers_used.add(f"declare {ty} @{intr}({ty}, {ty})")
-            return v(f"call{fm} {ty} @{intr}({ty} {args[0]}, {ty} {args[1]})")
-        if name in ("eq", "ne", "lt", "le", "gt", "ge"):
-            if flt:
-                pred = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}[name]
-                return v(f"fcmp {pred} {sty} {args[0]}, {args[1]}")
-            pred = {"eq": "eq", "ne": "ne"}.get(name) or ("s" if sgn else "u") + name[0] + ("t" if name[1] == "t" else "e")
-            return v(f"icmp {pred} {sty} {args[0]}, {args[1]}")
-        if name == "select":
-            return v(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
-        if name == "neg":
-            return v(f"fneg {ty} {args[0]}") if flt else v(f"sub {ty} 0, {args[0]}")
-        if name == "not":
-            return v(f"xor {ty} {args[0]}, {'true' if src == BOOL else -1}")
-        if name == "abs":
-            if flt:
-                return self._intrinsic("fabs", ty, args)
-            if not sgn:
-                return args[0]
-            self.helpers_used.add(f"declare {ty} @llvm.abs.{ty}({ty}, i1)")
-            return v(f"call {ty} @llvm.abs.{ty}({ty} {args[0]}, i1 false)")
-        if name == "sign":
-            zero, one, m1 = self._const(0, src), self._const(1, src), self._const(-1, src) if sgn or flt else "0"
-            gt = fn.val("i1", f"{'fcmp ogt' if flt else ('icmp sgt' if sgn else 'icmp ugt')} {ty} {args[0]}, {zero}")
-            lt = fn.val("i1", f"{'fcmp olt' if flt else 'icmp slt'} {ty} {args[0]}, {zero}") if sgn or flt else "false"
-            rest = v(f"select i1 {lt}, {ty} {m1}, {ty} {args[0] if flt else zero}")
-            return v(f"select i1 {gt}, {ty} {one}, {ty} {rest}")
-        if name in ("floor", "ceil", "trunc", "round"):
-            if not flt:
-                return args[0]
-            return self._intrinsic({"round": "roundeven"}.get(name, name), ty, args)
-        if name == "sqrt":
-            return self._intrinsic("sqrt", ty, args)
-        if name == "reciprocal":
-            if flt:
-                return v(f"fdiv {ty} {self._const(1, src)}, {args[0]}")
-            return self._floor_div_rem("trunc_div", [self._const(1, src), args[0]], src)
-        if name == "is_nan":
-            return v(f"fcmp uno {sty} {args[0]}, {args[0]}") if flt else "false"
-        if name in ("is_inf", "is_finite"):
-            if not flt:
-                return "false" if name == "is_inf" else "true"
-            a = self._intrinsic("fabs", sty, args)
-            inf = _fconst(float("inf"), sty)
-            return v(f"fcmp {'oeq' if name == 'is_inf' else 'olt'} {sty} {a}, {inf}")
-        if name in ("shift_left", "shift_right"):
-            bits = _BITS[ty]
-            inr = fn.val("i1", f"icmp ult {ty} {args[1]}, {bits}")
-            if name == "shift_left":
-                sh = v(f"shl {ty} {args[0]}, {args[1]}")
-                return v(f"select i1 {inr}, {ty} {sh}, {ty} 0")
-            sh = v(f"{'ashr' if sgn else 'lshr'} {ty} {args[0]}, {args[1]}")
-            if sgn:
-                neg = fn.val("i1", f"icmp slt {ty} {args[0]}, 0")
-                out = v(f"select i1 {neg}, {ty} -1, {ty} 0")
-            else:
-                out = "0"
-            return v(f"select i1 {inr}, {ty} {sh}, {ty} {out}")
-        if name == "pow" and not flt:
-            self.helpers_used.add(("ipow", ty))
-            return v(f"call {ty} @rj.ipow.{ty}({ty} {args[0]}, {ty} {args[1]})")
-        if name in mathlib.MATH:
-            return self._math(name, ty, args)
-        raise NotImplementedError(f"the LLVM backend has no lowering for {name!r} on {src}")
-
-    def _intrinsic(self, name, ty, args) -> str:
-        self.helpers_used.add(f"declare {ty} @llvm.{name}.{_suffix(ty)}({', '.join([ty] * len(args))})")
-        return self.fn.val(ty, f"call {ty} @llvm.{name}.{_suffix(ty)}({', '.join(f'{ty} {a}' for a in args)})")
-
-    def _math(self, name, ty, args) -> str:
-        fn = self.fn
-        work = ty if ty != "half" else "float"        # half math runs in float, then rounds
-        if ty == "half":
-            args = [fn.val("float", f"fpext half {a} to float") for a in args]
-        self.math_used.add((name, work))
-        sym = mathlib.libm_name(name, work)
-        r = fn.val(work, f"call {work} @{sym}({', '.join(f'{work} {a}' for a in args)})")
-        if ty == "half":
-            r = fn.val("half", f"fptrunc float {r} to half")
-        return r
-
-    def _convert(self, x: str, src, dst) -> str:
-        fn = self.fn
-        s, d = llty(src), llty(dst)
-        if src == dst:
-            return x
-        if dst == BOOL:
-            return fn.val("i1", f"fcmp une {s} {x}, 0.0") if _is_float(src) else \
-                fn.val("i1", f"icmp ne {s} {x}, 0")
-        if _is_float(src) and _is_float(dst):
-            if s == d:
-                return x
-            op = "fpext" if _FLOAT_RANK[d] > _FLOAT_RANK[s] else "fptrunc"
-            return fn.val(d, f"{op} {s} {x} to {d}")
-        if _is_float(dst):
-            op = "sitofp" if _signed(src) else "uitofp"
-            return fn.val(d, f"{op} {s} {x} to {d}")
-        if _is_float(src):
-            # NumPy (C on x86) converts through a wide integer and wraps: -1.0 -> uint8 255.
-            # Saturating conversions keep out-of-range values defined (C leaves them undefined).
-            intr = f"llvm.fptosi.sat.i64.{_suffix(s)}"
-            self.helpers_used.add(f"declare i64 @{intr}({s})")
-            wide = fn.val("i64", f"call i64 @{intr}({s} {x})")
-            if np.dtype(dst) == np.dtype("uint64"):
-                intr_u = f"llvm.fptoui.sat.i64.{_suffix(s)}"
-                self.helpers_used.add(f"declare i64 @{intr_u}({s})")
-                u = fn.val("i64", f"call i64 @{intr_u}({s} {x})")
-                big = fn.val("i1", f"fcmp oge {s} {x}, {_fconst(2.0 ** 63, s)}")
-                wide = fn.val("i64", f"select i1 {big}, i64 {u}, i64 {wide}")
-            return wide if d == "i64" else fn.val(d, f"trunc i64 {wide} to {d}")
-        bs, bd = _BITS[s], _BITS[d]
-        if bs == bd:
-            return x
-        if bd < bs:
-            return fn.val(d, f"trunc {s} {x} to {d}")
-        return fn.val(d, f"{'sext' if _signed(src) else 'zext'} {s} {x} to {d}")
-
-    def _floor_div_rem(self, name, args, dtype) -> str:
-        """NumPy's floor division and modulo (and C's truncating division for reciprocal)."""
-        fn = self.fn
-        ty = llty(dtype)
-        a, b = args
-        if _is_float(dtype):
-            self.helpers_used.add((name, ty))
-            return fn.val(ty, f"call {ty} @rj.{name}.{ty}({ty} {a}, {ty} {b})")
-        if dtype == BOOL:
-            raise NotImplementedError(f"{name} on bool")
-        zero = fn.val("i1", f"icmp eq {ty} {b}, 0")
-        if not _signed(dtype):
-            safe = fn.val(ty, f"select i1 {zero}, {ty} 1, {ty} {b}")
-            r = fn.val(ty, f"{'urem' if name == 'rem' else 'udiv'} {ty} {a}, {safe}")
-            return fn.val(ty, f"select i1 {zero}, {ty} 0, {ty} {r}")
-        # a divisor of -1 would overflow on INT_MIN: divide by 1 and negate (wrapping) instead
-        m1 = fn.val("i1", f"icmp eq {ty} {b}, -1")
-        bad = fn.val("i1", f"or i1 {zero}, {m1}")
-        safe = fn.val(ty, f"select i1 {bad}, {ty} 1, {ty} {b}")
-        q = fn.val(ty, f"sdiv {ty} {a}, {safe}")
-        r = fn.val(ty, f"srem {ty} {a}, {safe}")
-        if name == "trunc_div":
-            q = fn.val(ty, f"select i1 {m1}, {ty} {fn.val(ty, f'sub {ty} 0, {a}')}, {ty} {q}")
-            return fn.val(ty, f"select i1 {zero}, {ty} 0, {ty} {q}")
-        rnz = fn.val("i1", f"icmp ne {ty} {r}, 0")
-        rneg = fn.val("i1", f"icmp slt {ty} {r}, 0")
-        bneg = fn.val("i1", f"icmp slt {ty} {b}, 0")
-        diff = fn.val("i1", f"xor i1 {rneg}, {bneg}")
-        adj = fn.val("i1", f"and i1 {rnz}, {diff}")
-        if name == "rem":
-            r2 = fn.val(ty, f"add {ty} {r}, {safe}")
-            r = fn.val(ty, f"select i1 {adj}, {ty} {r2}, {ty} {r}")
-            return fn.val(ty, f"select i1 {bad}, {ty} 0, {ty} {r}")
-        q2 = fn.val(ty, f"sub {ty} {q}, 1")
-        q = fn.val(ty, f"select i1 {adj}, {ty} {q2}, {ty} {q}")
-        q = fn.val(ty, f"select i1 {m1}, {ty} {fn.val(ty, f'sub {ty} 0, {a}')}, {ty} {q}")
-        return fn.val(ty, f"select i1 {zero}, {ty} 0, {ty} {q}")
-
-
-def _suffix(ty: str) -> str:
-    return {"half": "f16", "float": "f32", "double": "f64"}.get(ty, ty)
+        return render_op(self, e, args)
 
 
 # ---------------------------------------------------------------------------------------
@@ -545,8 +328,8 @@ out:
   ret {ty} %r
 }}"""
     # float floor division and modulo, as NumPy's npy_divmod
-    z, one, half = (_fconst(0.0, ty), _fconst(1.0, ty), _fconst(0.5, ty))
-    fl = _suffix(ty)
+    z, one, half = (fconst(0.0, ty), fconst(1.0, ty), fconst(0.5, ty))
+    fl = suffix(ty)
     if kind == "floor_div":
         return f"""define internal {ty} @rj.floor_div.{ty}({ty} %a, {ty} %b) alwaysinline {{
 entry:

@@ -16,7 +16,8 @@ import numpy as np
 from ... import tir
 from ...tir import INDEX, Const, from_sympy
 from ...ir import Binding
-from .codegen import KernelEmitter, _Fn, llty
+from .codegen import KernelEmitter, _Fn
+from .irtypes import llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms

@@ -8,19 +8,8 @@ from the host's features; without libmvec the scalar libm call remains (correct,
 """
 from __future__ import annotations
 
+from ..scalar_math import MATH, libm_name as _c_name
 from . import target
-
-# op name -> (libm name, number of args, has a libmvec variant)
-MATH = {
-    "exp": ("exp", 1, True), "exp2": ("exp2", 1, True), "expm1": ("expm1", 1, True),
-    "log": ("log", 1, True), "log2": ("log2", 1, True), "log10": ("log10", 1, True),
-    "log1p": ("log1p", 1, True), "sin": ("sin", 1, True), "cos": ("cos", 1, True),
-    "tan": ("tan", 1, True), "asin": ("asin", 1, True), "acos": ("acos", 1, True),
-    "atan": ("atan", 1, True), "sinh": ("sinh", 1, True), "cosh": ("cosh", 1, True),
-    "tanh": ("tanh", 1, True), "asinh": ("asinh", 1, True), "acosh": ("acosh", 1, True),
-    "atanh": ("atanh", 1, True), "erf": ("erf", 1, True), "atan2": ("atan2", 2, True),
-    "pow": ("pow", 2, True),
-}
 
 # x86 vector function ABI: ISA letters available on each host class, widest first
 _ISAS = {"avx512": [("e", 512), ("d", 256), ("b", 128)], "avx2": [("d", 256), ("b", 128)],
@@ -28,8 +17,8 @@ _ISAS = {"avx512": [("e", 512), ("d", 256), ("b", 128)], "avx2": [("d", 256), ("
 
 
 def libm_name(op: str, ty: str) -> str:
-    base = MATH[op][0]
-    return base + "f" if ty == "float" else base
+    """The libm symbol of ``op`` on LLVM type ``ty`` ("float"/"double")."""
+    return _c_name(op, ty == "float")
 
 
 def vector_variants(op: str, ty: str) -> list[tuple[str, int]]:
