@@ -26,32 +26,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
-                            Store, Var, from_sympy)
-from ..llvm.mathlib import MATH
+from ...tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store,
+                   Var, from_sympy, op)
+from ...tir.visit import stmt_exprs, walk_expr, walk_stmts
+from .scalar_ops import CudaCodegenError, c_const, ctype, memtype, render_op
 
-_CTYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
-          "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-          "float16": "float", "float32": "float", "float64": "double"}
-_MEMTYPE = dict(_CTYPE, bool="uint8_t", float16="uint16_t")
-# 16-byte vector types for moving 4- and 8-byte elements
 _VECTOR = {"float32": "float4", "int32": "int4", "uint32": "uint4", "float64": "double2",
            "int64": "longlong2", "uint64": "ulonglong2"}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # reduction combiners: tir op name -> (functor for floats/bool, functor for integers)
 _COMBINE = {"add": ("rj_add_op", "rj_iadd_op"), "mul": ("rj_mul_op", "rj_imul_op"),
             "max": ("rj_max_op", "rj_max_op"), "min": ("rj_min_op", "rj_min_op"),
             "and": ("rj_and_op", "rj_and_op"), "or": ("rj_or_op", "rj_or_op"),
             "xor": ("rj_xor_op", "rj_xor_op")}
-
-
-def ctype(dtype) -> str:
-    """The C type a value of ``dtype`` has in registers (float16 computes in float)."""
-    return _CTYPE[np.dtype(dtype).name]
-
-
-def memtype(dtype) -> str:
-    return _MEMTYPE[np.dtype(dtype).name]
 
 
 @dataclass
@@ -71,10 +57,6 @@ class CudaKernel:
     @property
     def dim_vars(self) -> list:
         return self.func.dim_vars
-
-
-class CudaCodegenError(NotImplementedError):
-    pass
 
 
 def emit_cuda(f: PrimFunc, name: str | None = None) -> CudaKernel:
@@ -323,14 +305,14 @@ class _Emitter:
                 [i.name for i in index] == names and [self.expr(from_sympy(d)) for d in b.shape] == extents
         roles, other = {}, set()
         top = inner.stmts if isinstance(inner, Seq) else [inner]
-        for st in _walk(inner):
+        for st in walk_stmts(inner):
             if isinstance(st, Store):
                 if flat(st.buffer, st.index) and st in top and roles.get(st.buffer.name) is None:
                     roles[st.buffer.name] = "out"
                 else:
                     other.add(st.buffer.name)
         for e in _exprs(inner):
-            for x in _sub_exprs(e):
+            for x in walk_expr(e):
                 if isinstance(x, Load):
                     if flat(x.buffer, x.index) and roles.get(x.buffer.name, "in") == "in":
                         roles[x.buffer.name] = "in"
@@ -442,20 +424,20 @@ class _Emitter:
     def _identity(self, opname: str, dtype) -> str:
         dtype = np.dtype(dtype)
         if opname in ("add", "or", "xor"):
-            return self.const(0, dtype)
+            return c_const(0, dtype)
         if opname == "mul":
-            return self.const(1, dtype)
+            return c_const(1, dtype)
         if opname == "and":
-            return self.const(True if dtype == BOOL else -1, dtype)
+            return c_const(True if dtype == BOOL else -1, dtype)
         if dtype.kind == "f":
-            return self.const(float("-inf") if opname == "max" else float("inf"), dtype)
+            return c_const(float("-inf") if opname == "max" else float("inf"), dtype)
         if dtype == BOOL:
-            return self.const(opname == "min", dtype)
+            return c_const(opname == "min", dtype)
         info = np.iinfo(dtype)
-        return self.const(info.min if opname == "max" else info.max, dtype)
+        return c_const(info.min if opname == "max" else info.max, dtype)
 
     def _combine(self, opname: str, dtype, a: str, b: str) -> str:
-        return self.op(Op(opname, (Var("_a", dtype), Var("_b", dtype)), np.dtype(dtype)), [a, b])
+        return render_op(Op(opname, (Var("_a", dtype), Var("_b", dtype)), np.dtype(dtype)), [a, b])
 
     # -- expressions ---------------------------------------------------------------------
     def addr(self, b, index) -> str:
@@ -483,7 +465,7 @@ class _Emitter:
 
     def expr(self, e) -> str:
         if isinstance(e, Const):
-            return self.const(e.value, e.dtype)
+            return c_const(e.value, e.dtype)
         if isinstance(e, Var):
             return f"v_{e.name}" if not self._is_dim(e.name) else f"d_{e.name}"
         if isinstance(e, Load):
@@ -494,137 +476,16 @@ class _Emitter:
                 return f"rj_h2f({v})"
             return v
         assert isinstance(e, Op), e
-        if e.name in ("if_then_else", "select"):
-            c, a, b = (self.expr(x) for x in e.args)
-            return f"({c} ? {a} : {b})"
-        return self.op(e, [self.expr(a) for a in e.args])
+        return render_op(e, [self.expr(a) for a in e.args])
 
     def _is_dim(self, name: str) -> bool:
         return name in self.f.dim_vars
-
-    def const(self, v, dtype) -> str:
-        dtype = np.dtype(dtype)
-        if dtype == BOOL:
-            return "true" if v else "false"
-        if dtype.kind == "f":
-            x = float(np.array(v, dtype))
-            single = dtype != np.float64
-            if np.isnan(x):
-                return "RJ_NAN_F" if single else "RJ_NAN_D"
-            if np.isinf(x):
-                inf = "RJ_INF_F" if single else "RJ_INF_D"
-                return inf if x > 0 else f"(-{inf})"
-            return f"{x.hex()}{'f' if single else ''}"
-        v = int(np.array(int(v)).astype(dtype)) if dtype.kind in "iu" else int(v)
-        if dtype == np.int64:
-            return f"{v}LL" if v != -2 ** 63 else "(-9223372036854775807LL - 1)"
-        if dtype == np.uint64:
-            return f"{v}ULL"
-        return f"(({ctype(dtype)}){v})" if dtype.kind == "i" else f"(({ctype(dtype)}){v}u)"
-
-    def op(self, e: Op, a: list) -> str:
-        name, dtype = e.name, np.dtype(e.dtype)
-        src = np.dtype(e.args[0].dtype)
-        flt = src.kind == "f"
-        ct = ctype(dtype)
-
-        def h(x):            # float16 results round after each operation
-            return f"rj_h({x})" if dtype == np.float16 else x
-
-        if name == "convert":
-            return self._convert(a[0], src, dtype)
-        if name in ("add", "sub", "mul") and src == BOOL:
-            return f"({a[0]} {dict(add='|', mul='&', sub='^')[name]} {a[1]})"
-        if name in ("add", "sub", "mul"):
-            sym = dict(add="+", sub="-", mul="*")[name]
-            if flt or src == INDEX:
-                return h(f"({a[0]} {sym} {a[1]})")
-            if src.kind == "i" and src.itemsize == 4:
-                return f"rj_{name}({a[0]}, {a[1]})"
-            return f"(({ct})({a[0]} {sym} {a[1]}))"
-        if name == "div":
-            return h(f"({a[0]} / {a[1]})")
-        if name == "floor_div":
-            return h(f"rj_floordiv({a[0]}, {a[1]})") if flt else f"rj_floordiv<{ct}>({a[0]}, {a[1]})"
-        if name == "rem":
-            return h(f"rj_mod({a[0]}, {a[1]})") if flt else f"rj_mod<{ct}>({a[0]}, {a[1]})"
-        if name in ("and", "or", "xor"):
-            sym = dict(zip(("and", "or", "xor"), "&|^"))[name]
-            return f"({a[0]} {sym} {a[1]})" if src == BOOL else f"(({ct})({a[0]} {sym} {a[1]}))"
-        if name in ("max", "min"):
-            return f"rj_{name}(({ct}){a[0]}, ({ct}){a[1]})"
-        if name in _CMP:
-            return f"({a[0]} {_CMP[name]} {a[1]})"
-        if name == "neg":
-            if flt:
-                return f"(-{a[0]})"
-            return f"rj_neg<{ct}>({a[0]})" if src.kind in "iu" else f"(!{a[0]})"
-        if name == "not":
-            return f"(!{a[0]})" if src == BOOL else f"(({ct})~{a[0]})"
-        if name == "abs":
-            if flt:
-                return f"fabs{'f' if src != np.float64 else ''}({a[0]})"
-            if src.kind == "u" or src == BOOL:
-                return a[0]
-            return f"({a[0]} < 0 ? rj_neg<{ct}>({a[0]}) : {a[0]})"
-        if name == "sign":
-            zero, one = self.const(0, src), self.const(1, src)
-            if src == BOOL:
-                return a[0]
-            m1 = self.const(-1, src) if src.kind != "u" else zero
-            rest = a[0] if flt else zero
-            return f"({a[0]} > {zero} ? {one} : ({a[0]} < {zero} ? {m1} : {rest}))"
-        if name in ("floor", "ceil", "trunc", "round"):
-            if not flt:
-                return a[0]
-            fn = {"round": "rint"}.get(name, name)
-            return f"{fn}{'f' if src != np.float64 else ''}({a[0]})"
-        if name == "sqrt":
-            return h(f"sqrt{'f' if src != np.float64 else ''}({a[0]})")
-        if name == "reciprocal":
-            if flt:
-                return h(f"({self.const(1, src)} / {a[0]})")
-            return f"rj_truncdiv<{ct}>(({ct})1, {a[0]})"
-        if name == "is_nan":
-            return f"rj_isnan({a[0]})" if flt else "false"
-        if name == "is_inf":
-            return f"rj_isinf({a[0]})" if flt else "false"
-        if name == "is_finite":
-            return f"(!rj_isinf({a[0]}) && !rj_isnan({a[0]}))" if flt else "true"
-        if name in ("shift_left", "shift_right"):
-            return f"rj_sh{'l' if name == 'shift_left' else 'r'}<{ct}>({a[0]}, {a[1]})"
-        if name == "pow" and not flt:
-            return f"rj_ipow<{ct}>({a[0]}, {a[1]})"
-        if name in MATH:
-            base = MATH[name][0]
-            fn = base if src == np.float64 else base + "f"
-            return h(f"{fn}({', '.join(a)})")
-        raise CudaCodegenError(f"the CUDA backend has no lowering for {name!r} on {src}")
-
-    def _convert(self, x: str, src, dst) -> str:
-        src, dst = np.dtype(src), np.dtype(dst)
-        cd = ctype(dst)
-        if src == dst:
-            return x
-        if dst == BOOL:
-            return f"({x} != 0)"
-        if dst.kind == "f":
-            if dst == np.float16:
-                return f"rj_h((float){x})"
-            return f"(({cd}){x})"
-        if src.kind == "f":
-            if dst == np.uint64:
-                return f"rj_f2u64({x})"
-            return f"(({cd})rj_f2i({x}))"
-        return f"(({cd}){x})"
-
 
 # ---------------------------------------------------------------------------------------
 # Analysis of loop nests
 # ---------------------------------------------------------------------------------------
 
 def _count(loop: For):
-    from ...tir import op
     return op("max", loop.extent - loop.start, Const(0, INDEX))
 
 
@@ -636,61 +497,27 @@ def _leading_loops(s) -> tuple:
     return loops, s
 
 
-def _walk(s):
-    yield s
-    if isinstance(s, Seq):
-        for x in s.stmts:
-            yield from _walk(x)
-    elif isinstance(s, For):
-        yield from _walk(s.body)
-    elif isinstance(s, If):
-        yield from _walk(s.then)
-        if s.else_ is not None:
-            yield from _walk(s.else_)
-
-
 def _has_loop(s) -> bool:
-    return any(isinstance(x, For) for x in _walk(s))
+    return any(isinstance(x, For) for x in walk_stmts(s))
 
 
 def _has_store(s) -> bool:
-    return any(isinstance(x, Store) for x in _walk(s))
+    return any(isinstance(x, Store) for x in walk_stmts(s))
 
 
 def _exprs(s):
     """Every expression of ``s`` (not recursing into sub-expressions)."""
-    for x in _walk(s):
-        if isinstance(x, Store):
-            yield from x.index
-            yield x.value
-        elif isinstance(x, Local):
-            yield x.init
-        elif isinstance(x, Assign):
-            yield x.value
-        elif isinstance(x, If):
-            yield x.cond
-        elif isinstance(x, For):
-            yield x.start
-            yield x.extent
-
-
-def _sub_exprs(e):
-    yield e
-    if isinstance(e, Op):
-        for a in e.args:
-            yield from _sub_exprs(a)
-    elif isinstance(e, Load):
-        for i in e.index:
-            yield from _sub_exprs(i)
+    for x in walk_stmts(s):
+        yield from stmt_exprs(x)
 
 
 def _reads(s, name: str) -> int:
-    return sum(isinstance(x, Var) and x.name == name for e in _exprs(s) for x in _sub_exprs(e))
+    return sum(isinstance(x, Var) and x.name == name for e in _exprs(s) for x in walk_expr(e))
 
 
 def _declared(s) -> set:
-    return {x.var.name for x in _walk(s) if isinstance(x, Local)} | \
-        {x.var.name for x in _walk(s) if isinstance(x, For)}
+    return {x.var.name for x in walk_stmts(s) if isinstance(x, Local)} | \
+        {x.var.name for x in walk_stmts(s) if isinstance(x, For)}
 
 
 def _combined(loop: For) -> dict | None:
@@ -698,7 +525,7 @@ def _combined(loop: For) -> dict | None:
     an outer local is assigned any other way (or read apart from its combining)."""
     inner = _declared(loop.body)
     accs: dict = {}
-    assigns = [x for x in _walk(loop.body) if isinstance(x, Assign) and x.var.name not in inner]
+    assigns = [x for x in walk_stmts(loop.body) if isinstance(x, Assign) and x.var.name not in inner]
     for a in assigns:
         v = a.value
         if not (isinstance(v, Op) and v.name in _COMBINE and len(v.args) == 2):
@@ -718,7 +545,7 @@ def _combined(loop: For) -> dict | None:
 
 
 def _reads_expr(e, name: str) -> bool:
-    return any(isinstance(x, Var) and x.name == name for x in _sub_exprs(e))
+    return any(isinstance(x, Var) and x.name == name for x in walk_expr(e))
 
 
 def _full_reduction(s):
@@ -731,7 +558,7 @@ def _full_reduction(s):
         return None
     prefix, loop, rest = stmts[:k], stmts[k], stmts[k + 1:]
     if not all(isinstance(x, (Local, Assign)) for x in prefix) or not _combined(loop) or \
-            any(isinstance(x, For) and x.kind == "reduction" for r in rest for x in _walk(r)):
+            any(isinstance(x, For) and x.kind == "reduction" for r in rest for x in walk_stmts(r)):
         return None
     return prefix, loop, rest
 
@@ -745,11 +572,11 @@ def _shareable(s) -> bool:
     if isinstance(s, If):
         if _has_loop(s):
             return False
-        assigns = any(isinstance(x, (Assign, Local)) for x in _walk(s))
+        assigns = any(isinstance(x, (Assign, Local)) for x in walk_stmts(s))
         return not (assigns and _has_store(s))
     if isinstance(s, For) and s.kind in ("parallel", "vectorized"):
         inner = _declared(s.body)
-        return not any(isinstance(x, Assign) and x.var.name not in inner for x in _walk(s.body))
+        return not any(isinstance(x, Assign) and x.var.name not in inner for x in walk_stmts(s.body))
     if isinstance(s, For) and s.kind == "reduction":
         return _combined(s) is not None
     return False
@@ -759,15 +586,15 @@ def _contiguous_split(s) -> bool:
     """Does a loop split across the block walk the last (contiguous) axis of some buffer?
     Otherwise neighbouring threads would touch far-apart addresses: one thread per row is
     better."""
-    for x in _walk(s):
+    for x in walk_stmts(s):
         if isinstance(x, For):
-            names = {l.var.name for l in _walk(x) if isinstance(l, For)}
+            names = {l.var.name for l in walk_stmts(x) if isinstance(l, For)}
             for e in _exprs(x.body):
-                for sub in _sub_exprs(e):
+                for sub in walk_expr(e):
                     if isinstance(sub, Load) and sub.index and \
                             any(_reads_expr(sub.index[-1], n) for n in names):
                         return True
-            for st in _walk(x.body):
+            for st in walk_stmts(x.body):
                 if isinstance(st, Store) and st.index and any(_reads_expr(st.index[-1], n) for n in names):
                     return True
     return False

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 
 from .prelude import EMULATOR_HEADER, PRELUDE
+from .scalar_ops import memtype
 
 _LOCK = threading.Lock()
 
@@ -164,7 +165,6 @@ class EmulatedDevice:
 
 def _launcher(k, ph) -> str:
     """``int rj_launch_<phase>(grid, block, uint64_t *args)`` for the emulator."""
-    from .codegen import memtype
     f = k.func
     n_in = len(f.params) - f.n_outputs
     args = [f"({'const ' if i < n_in else ''}{memtype(b.dtype)} *)args[{i}]" for i, b in enumerate(f.params)]
