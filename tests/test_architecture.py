@@ -200,3 +200,86 @@ def test_backends_are_handed_lowered_modules(backend):
     for n in (1, 7, 1000):
         x = np.linspace(-3, 3, n, dtype=np.float32)
         np.testing.assert_allclose(g(x), np.tanh(x.astype(np.float64) * 2) + 1, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Every primitive has a lowering on every backend
+# ---------------------------------------------------------------------------------------
+
+def _primitives():
+    from relaxjax.core import PRIMITIVES
+    return sorted(PRIMITIVES.values(), key=lambda p: p.name)
+
+
+def _accepted_dtype(p):
+    """A dtype the elementwise primitive takes, with its operand dtypes."""
+    for d in map(np.dtype, ("float32", "int32", "bool")):
+        args = [d] * (2 if p.name not in _UNARY else 1)
+        if p.name == "select":
+            args = [np.dtype(bool), d, d]
+        types = [relaxjax.TensorType((), a) for a in args]
+        params = {"dtype": np.dtype("float64")} if p.name == "convert" else {}
+        try:       # a dtype both the primitive's rules and its NumPy reference take
+            out = p.dtype_rule(*types, **params)
+            with np.errstate(all="ignore"):
+                p.impl(*[np.ones(1, a) for a in args], **params)
+        except TypeError:
+            continue
+        return args, np.dtype(out), params
+    raise AssertionError(f"{p.name} takes none of float32, int32, bool")
+
+
+def _arity(p) -> int:
+    import inspect
+    return len([q for q in inspect.signature(p.impl).parameters.values()
+                if q.kind == q.POSITIONAL_OR_KEYWORD])
+
+
+_UNARY = {p.name for p in _primitives() if p.kind == "elementwise" and _arity(p) == 1}
+
+
+@pytest.mark.parametrize("prim", _primitives(), ids=lambda p: p.name)
+def test_every_primitive_has_a_lowering(prim):
+    from relaxjax.compile.lowering import BLAS, lowering_kind
+    from relaxjax.library import lookup
+    how = lowering_kind(prim.name, prim.kind)
+    assert how is not None, f"{prim.name}: Legalize has no lowering for it"
+    if how == "host":
+        # the runtimes execute views and shape checks themselves, data-dependent ops
+        # through the primitive's reference implementation
+        assert prim.name in ("reshape", "match_cast") or prim.kind == "data_dependent"
+    if how == "matmul":
+        for name in BLAS.values():
+            impl = lookup(name)
+            assert impl._cpu is not None and impl._numpy is not None and impl._cuda is not None
+
+
+@pytest.mark.parametrize("prim", [p for p in _primitives() if p.kind == "elementwise"],
+                         ids=lambda p: p.name)
+def test_every_elementwise_primitive_renders_on_every_backend(prim):
+    """Each backend's scalar-op table turns the primitive's loop-level Op into code, and the
+    reference interpreter has its reference implementation."""
+    from relaxjax import tir
+    from relaxjax.backends.cuda import scalar_ops as cuda_ops
+    from relaxjax.backends.llvm import scalar_ops as llvm_ops
+    from relaxjax.backends.llvm.codegen import KernelEmitter, _Fn
+    from relaxjax.lax.elementwise import scalar_reference
+    arg_dtypes, out_dtype, _ = _accepted_dtype(prim)
+    e = tir.Op(prim.name, tuple(tir.Var(f"x{k}", d) for k, d in enumerate(arg_dtypes)), out_dtype)
+    assert scalar_reference(prim.name) is not None
+    cuda = cuda_ops.render_op(e, [f"x{k}" for k in range(len(arg_dtypes))])
+    assert isinstance(cuda, str) and cuda
+    em = KernelEmitter(tir.PrimFunc("k", [], 0, [], tir.Seq([])), "k")
+    em.fn = _Fn()
+    llvm = llvm_ops.render_op(em, e, [f"%x{k}" for k in range(len(arg_dtypes))])
+    assert isinstance(llvm, str) and llvm
+
+
+def test_an_op_missing_from_a_table_is_reported():
+    from relaxjax import tir
+    from relaxjax.backends.cuda import scalar_ops as cuda_ops
+    from relaxjax.compile.lowering import lowering_kind
+    assert lowering_kind("no_such_op", "opaque") is None
+    with pytest.raises(NotImplementedError, match="no lowering for 'no_such_op'"):
+        cuda_ops.render_op(tir.Op("no_such_op", (tir.Var("x", np.dtype("float32")),),
+                                  np.dtype("float32")), ["x"])

@@ -12,7 +12,8 @@ from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, lower_fused_call
 from .lowering import (BLAS, COMPUTE, HOST_OPS, Accumulator, broadcast_index, buffer_names,
-                       default_loop_kinds, elementwise_rule, reduction_body, scalar_literal_expr)
+                       default_loop_kinds, elementwise_rule, lowering_kind, reduction_body,
+                       scalar_literal_expr)
 from .passes import Pass
 
 __all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
@@ -47,17 +48,18 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     buffers, reads, call_args = _operands(b.args, taken)
     rank = len(out_type.shape)
     extents = [from_sympy(d) for d in out_type.shape]
-    if b.callee.kind == "reduction":
+    how = lowering_kind(name, b.callee.kind)
+    if how is None or how == "host":
+        raise NotImplementedError(f"primitive {name} has no loop-level lowering")
+    if how == "reduction":
         axes = b.params["axes"] if "axes" in b.params else (b.params["axis"],)
         body = tir.loop_nest(extents, lambda idx: reduction_body(
             name, idx, reads, in_types[0], out_type, axes, lambda v: Store(ob, tuple(idx), v), taken),
             default_loop_kinds(rank), taken)
-    elif name == "matmul":
+    elif how == "matmul":
         body = _matmul_loops(buffers, ob, in_types, out_type, taken)
     else:
-        rule = COMPUTE.get(name, elementwise_rule if b.callee.kind == "elementwise" else None)
-        if rule is None:
-            raise NotImplementedError(f"primitive {name} has no loop-level lowering")
+        rule = COMPUTE[name] if how == "compute" else elementwise_rule
         body = tir.loop_nest(extents, lambda idx: Store(
             ob, tuple(idx), rule(name, list(idx), reads, in_types, out_type, **b.params)),
             default_loop_kinds(rank), taken)
@@ -95,9 +97,9 @@ def _matmul_loops(buffers, ob, in_types, out_type, taken) -> "tir.Stmt":
 
 def lower_binding(b: Binding, name_id: int = 0) -> Binding:
     """The binding as a call_tir or call_library, or unchanged for host operations."""
-    if b.kind != "primitive" or b.callee.name in HOST_OPS:
+    if b.kind != "primitive" or lowering_kind(b.callee.name, b.callee.kind) == "host":
         return b
-    if b.callee.name == "matmul" and b.outvars[0].type.dtype in BLAS:
+    if lowering_kind(b.callee.name, b.callee.kind) == "matmul" and b.outvars[0].type.dtype in BLAS:
         lib = LibraryFunc(BLAS[b.outvars[0].type.dtype])
         return Binding(b.outvars, lib, list(b.args), {}, b.source)
     fn, args = primfunc_for(b, name_id)

@@ -31,6 +31,30 @@ HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
 BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}
 
 Reader = Callable[[list], Expr]
+ARG_REDUCTIONS = ("argmax", "argmin")
+
+
+def lowering_kind(name: str, fusion_kind: str) -> str | None:
+    """How Legalize lowers the primitive ``name`` (of FuseOps kind ``fusion_kind``):
+
+    * "host": stays a graph binding that every runtime executes between kernels (a view, a
+      shape check, or a data-dependent op run by its reference implementation);
+    * "elementwise": one scalar ``Op`` of the same name, which each backend renders from
+      its scalar-op table;
+    * "compute": a compute rule (``COMPUTE``) mapping output indices to input elements;
+    * "reduction": an accumulator loop (``REDUCERS`` / arg reductions);
+    * "matmul": a BLAS library call for float32/float64, loops otherwise;
+    * None: no lowering (a primitive added without one).
+    """
+    if name in HOST_OPS:
+        return "host"
+    if name == "matmul":
+        return "matmul"
+    if fusion_kind == "reduction":
+        return "reduction" if name in REDUCERS or name in ARG_REDUCTIONS else None
+    if name in COMPUTE:
+        return "compute"
+    return "elementwise" if fusion_kind == "elementwise" else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -252,7 +276,7 @@ def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) 
     full, it_out, it_red = [], iter(out_idx), iter(rvars)
     for a in range(len(x_shape)):
         full.append(next(it_red) if a in axes else next(it_out))
-    if name in ("argmax", "argmin"):
+    if name in ARG_REDUCTIONS:
         return _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken)
     accum = Accumulator(name, out_type.dtype)
     acc = tir.fresh("acc", taken, accum.dtype)
