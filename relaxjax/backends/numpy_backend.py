@@ -18,6 +18,7 @@ from ..errors import ShapeError
 from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import contiguous, lookup
 from ..shapes import dim_str, free_symbols, is_symbolic
+from .executable import Executable
 from .registry import register_backend
 from ..lax.tir_interp import check_host, compile_primfunc
 
@@ -254,12 +255,15 @@ def _fail(b: Binding, t, o, D):
                      f"with {dims}")
 
 
-class NumpyExecutable:
+class NumpyExecutable(Executable):
+    """Interprets the graph IR (primitives by their reference implementations, fused groups
+    as sub-functions, loop programs through the loop interpreter)."""
+    backend = "numpy"
     runs_loops = False          # jit's default pipeline stops before Legalize for this backend
+
     def __init__(self, module: IRModule):
-        self.module = module
-        fn: Function = module.main
-        self.fn = fn
+        super().__init__(module, lowered=False, plan=False)
+        fn = self.fn
         self._subs: dict = {}
         self._interp = _FunctionInterp(fn, self._subs)
         self.steps = self._interp.steps
@@ -285,18 +289,22 @@ class NumpyExecutable:
         visit(self.fn)
         return fns, progs
 
-    def as_text(self, stage: str) -> str:
+    def text_stages(self) -> dict:
         fns, progs = self._reachable()
-        if stage == "optimized":
-            return "\n\n".join(str(f) for f in fns)
-        if stage == "loops" and progs:
-            return "\n\n".join(str(f) for f in progs)
-        if stage == "loops":
+        stages = {"optimized": lambda: "\n\n".join(str(f) for f in fns)}
+        if progs:
+            stages["loops"] = lambda: "\n\n".join(str(f) for f in progs)
+        return stages
+
+    def as_text(self, stage: str) -> str:
+        if stage not in self.text_stages() and stage == "loops":
             raise ValueError("the numpy backend interprets the graph IR and this module has no "
                              "loop-level programs (run a pipeline with legalize, or use "
                              "backend='llvm')")
-        raise ValueError(f"the numpy backend interprets the graph IR; it has no {stage!r} text "
-                         f"(use backend='llvm' for loops, llvm and asm)")
+        if stage not in self.text_stages():
+            raise ValueError(f"the numpy backend interprets the graph IR; it has no {stage!r} text "
+                             f"(use backend='llvm' for loops, llvm and asm)")
+        return super().as_text(stage)
 
 
 register_backend("numpy", NumpyExecutable)

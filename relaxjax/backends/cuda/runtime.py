@@ -14,12 +14,12 @@ import threading
 
 import numpy as np
 
-from ...compile.legalize import check_lowered
-from ...compile.memplan import byte_size, plan_memory
+from ...compile.memplan import byte_size
 from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
-from ...ir import Binding, Function, IRModule, Literal, Var
+from ...ir import Binding, IRModule, Literal, Var
 from ...shapes import dim_str, eval_dim, is_symbolic
+from ..executable import Executable
 from .codegen import emit_cuda
 from .device import module_source
 
@@ -55,18 +55,19 @@ def index_fn(e):
     return eval(f"lambda D: {src(e)}", {"max": max, "min": min, "__builtins__": {}})  # noqa: S307
 
 
-class CudaExecutable:
+class CudaExecutable(Executable):
     """Code generation happens here, with no GPU needed (``as_text("cuda")``); the device
     (``device_factory()``) is opened, the module compiled and constants uploaded at the
     first call."""
 
+    backend = "cuda"
+
     def __init__(self, module: IRModule, device_factory):
-        check_lowered(module, "cuda")
-        self.module, self._device_factory = module, device_factory
+        super().__init__(module)
+        fn = self.fn
+        self._device_factory = device_factory
         self.device = None
         self._ready = False
-        self.fn = fn = module.main
-        self.memory_plan = plan_memory(fn)
         kernels = {}
         for b in fn.bindings:
             if b.kind == "tir" and id(b.callee) not in kernels:
@@ -215,25 +216,5 @@ class CudaExecutable:
                 out.append(np.asarray(r.value, r.type.dtype))
         return out
 
-    def memory_stats(self, dims: dict | None = None) -> dict:
-        plan = self.memory_plan
-        out = {"intermediate_values": len(plan.storage_of), "intermediate_storages": len(plan.storages),
-               "intermediate_bytes": dim_str(plan.total_bytes),
-               "intermediate_bytes_without_reuse": dim_str(plan.values_bytes)}
-        if dims is not None:
-            D = {str(k): int(v) for k, v in dims.items()}
-            out["intermediate_bytes"] = eval_dim(plan.total_bytes, D)
-            out["intermediate_bytes_without_reuse"] = eval_dim(plan.values_bytes, D)
-        return out
-
-    # -- inspection ------------------------------------------------------------------------
-    def as_text(self, stage: str) -> str:
-        if stage == "optimized":
-            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, Function))
-        if stage == "loops":
-            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, PrimFunc))
-        if stage == "cuda":
-            return self.source
-        if stage == "memory":
-            return str(self.memory_plan)
-        raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, cuda, memory")
+    def text_stages(self) -> dict:
+        return {**super().text_stages(), "cuda": lambda: self.source}

@@ -17,12 +17,12 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ... import cache
-from ...compile.legalize import check_lowered
-from ...compile.memplan import ALIGN, byte_size, plan_memory
+from ...compile.memplan import ALIGN, byte_size
 from ...tir import PrimFunc
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var
 from ...shapes import dim_str, eval_dim, free_symbols, is_symbolic
+from ..executable import Executable
 from . import mathlib, target
 from .codegen import KernelEmitter, helper_source
 from ...library import BUILTIN, lookup
@@ -379,7 +379,9 @@ def _python_library(b: Binding) -> bool:
     return True
 
 
-class LLVMExecutable:
+class LLVMExecutable(Executable):
+    backend = "llvm"
+
     def __init__(self, module: IRModule):
         target.init()
         check_object_layout()
@@ -387,10 +389,8 @@ class LLVMExecutable:
         if not target.libgomp():
             set_num_threads(1)
         _runtime_symbols()
-        check_lowered(module, "llvm")
-        self.module = module
-        fn = module.main
-        self.fn = fn
+        super().__init__(module)
+        fn = self.fn
         self._plan(fn)
         self.native = native_code()
         if self.native:
@@ -480,7 +480,6 @@ class LLVMExecutable:
              "_host": self._host_op, "_check": self._host_check, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
         self.pooling = POOLING
-        self.memory_plan = plan_memory(self.fn)
         self._stats = [0, 0, 0, 0, 0, None, None]
         self._tls = threading.local()
         mem = self._memory = _RunnerMemory(self, g) if self.pooling else None
@@ -555,7 +554,6 @@ class LLVMExecutable:
         ("workspace") or size storages per call ("per-call"; also when the bound exceeds
         ``WORKSPACE_MAX_BYTES``)."""
         plan, st = self.memory_plan, self._stats
-        total, values = plan.total_bytes, plan.values_bytes
         out = {
             "pooling": self.pooling,
             "mode": ("off" if not self.pooling else "none" if not plan.storages else
@@ -565,21 +563,14 @@ class LLVMExecutable:
             "allocations_per_call": None if st[_LAST_TMP] is None else st[_LAST_TMP] + st[_LAST_OUT],
             "intermediate_allocations_per_call": st[_LAST_TMP],
             "output_allocations_per_call": st[_LAST_OUT],
-            "intermediate_values": len(plan.storage_of),
-            "intermediate_storages": len(plan.storages),
-            "intermediate_bytes": dim_str(total),
-            "intermediate_bytes_expr": dim_str(total),
-            "intermediate_bytes_without_reuse": dim_str(values),
+            **super().memory_stats(dims),
+            "intermediate_bytes_expr": dim_str(plan.total_bytes),
             "unplanned_values": len(plan.unplanned),
             "workspace_bytes": plan.workspace_bytes,
             "pool_hits": st[_HITS],
             "pool_misses": st[_MISSES],
             "pool": POOL.stats(),
         }
-        if dims is not None:
-            D = {str(k): int(v) for k, v in dims.items()}
-            out["intermediate_bytes"] = _eval(total, D)
-            out["intermediate_bytes_without_reuse"] = _eval(values, D)
         return out
 
     def _host_check(self, step: int, bufs: list, D: dict) -> None:
@@ -643,23 +634,13 @@ class LLVMExecutable:
         return self._run(dims, arrays)
 
     # -- inspection ------------------------------------------------------------------------
-    def as_text(self, stage: str) -> str:
-        if stage == "optimized":
-            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, Function))
-        if stage == "loops":
-            return "\n\n".join(str(f) for f in self.module.functions.values() if isinstance(f, PrimFunc))
-        if stage == "llvm":
-            return self.llvm_ir
-        if stage == "llvm-optimized":
-            return "\n\n".join(m.optimized for m in self.kernel_modules + [self.segment_module])
-        if stage == "asm":
-            return "\n\n".join(m.assembly() for m in self.kernel_modules + [self.segment_module])
-        if stage == "host":
-            return self.python_source
-        if stage == "memory":
-            return str(self.memory_plan)
-        raise ValueError(f"unknown stage {stage!r}; one of: optimized, loops, llvm, llvm-optimized, asm, host, "
-                         f"memory")
+    def text_stages(self) -> dict:
+        modules = self.kernel_modules + [self.segment_module]
+        return {**super().text_stages(),
+                "llvm": lambda: self.llvm_ir,
+                "llvm-optimized": lambda: "\n\n".join(m.optimized for m in modules),
+                "asm": lambda: "\n\n".join(m.assembly() for m in modules),
+                "host": lambda: self.python_source}
 
 
 class _RunnerMemory:
