@@ -20,7 +20,7 @@ import pytest
 import relaxjax as rj
 import relaxjax.numpy as rnp
 from relaxjax import cache
-from relaxjax.backends.llvm import runtime, target
+from relaxjax.backends.llvm import engine, target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import relaxjax as rj, relaxjax.numpy as rnp
     from relaxjax import cache
-    from relaxjax.backends.llvm import runtime, set_parallel_threshold
+    from relaxjax.backends.llvm import engine, set_parallel_threshold
     set_parallel_threshold(1)
 
     @rj.jit
@@ -58,9 +58,9 @@ SCRIPT = textwrap.dedent("""
     ok &= bool(np.allclose(mlp(x[:5], w1, b1, w2), (np.exp(h @ w2) * 0.5)[:5], rtol=1e-4, atol=1e-5))
     a, b = rng.standard_normal((7, 9)), rng.standard_normal((9, 3))
     ok &= bool(np.allclose(dmm(a, b), np.sin(a @ b)))
-    mods = [m for m in runtime._ENGINES.values()]
+    mods = [m for m in engine._ENGINES.values()]
     print(json.dumps({"ok": ok, "stats": cache.stats(),
-                      "native": all(isinstance(m, runtime.SharedModule) for m in mods),
+                      "native": all(isinstance(m, engine.SharedModule) for m in mods),
                       "from_cache": [getattr(m, "from_cache", None) for m in mods]}))
 """)
 
@@ -300,11 +300,11 @@ def test_damaged_entries_are_recompiled(cache_dir, damage):
 @needs_linker
 def test_valid_entry_that_does_not_load_is_rebuilt(cache_dir):
     text = "define i64 @rj_test_answer() {\n  ret i64 42\n}\n"
-    cache.put("llvm", runtime.cache_key_parts(text), b"\x7fELF but not really a library", ".so")
-    m = runtime.SharedModule(text, [])
+    cache.put("llvm", engine.cache_key_parts(text), b"\x7fELF but not really a library", ".so")
+    m = engine.SharedModule(text, [])
     assert not m.from_cache
     assert ctypes.CFUNCTYPE(ctypes.c_int64)(m.address("rj_test_answer"))() == 42
-    assert runtime.SharedModule(text, []).from_cache
+    assert engine.SharedModule(text, []).from_cache
 
 
 # -- in one process ------------------------------------------------------------------------
@@ -325,8 +325,8 @@ def test_cached_and_in_memory_code_agree(cache_dir, monkeypatch):
     assert "@rj_blas_sgemm = external global ptr" in native.as_text("llvm")
     monkeypatch.delenv("RELAXJAX_CACHE")
     # a module loaded from the cache still shows its optimised IR and assembly
-    runtime._ENGINES.clear()
-    runtime._KERNELS.clear()
+    engine._ENGINES.clear()
+    engine._KERNELS.clear()
     again = rj.jit(f).lower(x, w).compile()
     mods = again._entry.executable.kernel_modules + [again._entry.executable.segment_module]
     assert all(m.from_cache for m in mods)
@@ -337,16 +337,16 @@ def test_cached_and_in_memory_code_agree(cache_dir, monkeypatch):
 @needs_linker
 def test_runtime_globals_reach_cached_code(cache_dir):
     rj.jit(lambda x: x + 1.0)(np.ones(3, np.float32))          # loads the runtime library
-    lib = runtime._RUNTIME[0].lib
-    old = runtime.NUM_THREADS.value
+    lib = engine._RUNTIME[0].lib
+    old = engine.NUM_THREADS.value
     try:
-        runtime.set_num_threads(3)
+        engine.set_num_threads(3)
         assert ctypes.c_int32.in_dll(lib, "rj_num_threads").value == 3
-        runtime.set_parallel_threshold(12345)
+        engine.set_parallel_threshold(12345)
         assert ctypes.c_int64.in_dll(lib, "rj_parallel_min_work").value == 12345
     finally:
-        runtime.set_num_threads(old)
-        runtime.set_parallel_threshold(runtime.DEFAULT_PARALLEL_MIN_WORK)
+        engine.set_num_threads(old)
+        engine.set_parallel_threshold(engine.DEFAULT_PARALLEL_MIN_WORK)
     assert ctypes.c_void_p.in_dll(lib, "rj_blas_sgemm").value == target.blas_function("sgemm")
 
 

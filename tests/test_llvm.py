@@ -126,7 +126,7 @@ def test_threaded_results_equal_single_threaded(fn):
         three = rj.jit(fn)(x)
     finally:
         rj_llvm.set_num_threads(0)
-        rj_llvm.set_parallel_threshold(rj_llvm.runtime.DEFAULT_PARALLEL_MIN_WORK)
+        rj_llvm.set_parallel_threshold(rj_llvm.engine.DEFAULT_PARALLEL_MIN_WORK)
     np.testing.assert_array_equal(one, two)
     np.testing.assert_array_equal(one, three)
 

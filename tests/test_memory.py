@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from relaxjax.backends.llvm import runtime
+from relaxjax.backends.llvm import buffer_pool, runner_memory
 from relaxjax.compile import run_pipeline
 from relaxjax.compile.legalize import legalize
 from relaxjax.compile.memplan import byte_size, plan_memory
@@ -215,13 +215,13 @@ def _chain_exe(bounded, small_pool=False):
     key = (bounded, small_pool)
     if key not in _EXES:
         shape = (rj.dim("n", max=512) if bounded else "n", 17)
-        old = runtime.POOL_MIN_BYTES
+        old = runner_memory.POOL_MIN_BYTES
         if small_pool:
-            runtime.POOL_MIN_BYTES = 64     # read when the runner is generated
+            runner_memory.POOL_MIN_BYTES = 64     # read when the runner is generated
         try:
             _EXES[key] = compiled(chain, S(shape, "float32"))
         finally:
-            runtime.POOL_MIN_BYTES = old
+            runner_memory.POOL_MIN_BYTES = old
     return _EXES[key]
 
 
@@ -262,10 +262,10 @@ def test_pool_recycles_large_outputs_and_views_survive():
     want = np_layer_norm(x)
     assert_same(r, want, **TOL)
     h0 = c.memory_stats()["pool_hits"]
-    in_use = runtime.POOL.stats()["in_use"]
+    in_use = buffer_pool.POOL.stats()["in_use"]
     del r
     gc.collect()
-    assert runtime.POOL.stats()["in_use"] == in_use - 1
+    assert buffer_pool.POOL.stats()["in_use"] == in_use - 1
     r = c(x)
     assert c.memory_stats()["pool_hits"] == h0 + 1
     assert c.memory_stats()["output_allocations_per_call"] == 0
@@ -345,7 +345,7 @@ def test_matmul_and_multiple_results():
 
 
 def test_pooling_off_builds_the_plain_runner(monkeypatch):
-    monkeypatch.setattr(runtime, "POOLING", False)
+    monkeypatch.setattr(runner_memory, "POOLING", False)
     c = compiled(layer_norm, S((rj.dim("n", max=4096), 16), "float32"))
     assert "_ws" not in c.as_text("host") and "_out" not in c.as_text("host")
     st_ = c.memory_stats()
@@ -355,13 +355,13 @@ def test_pooling_off_builds_the_plain_runner(monkeypatch):
 
 
 def test_buffer_pool_is_bounded():
-    pool = runtime.BufferPool(max_per_size=2, max_bytes=3 * 1024)
-    blocks = [runtime._aligned_block(1024) for _ in range(4)]
+    pool = buffer_pool.BufferPool(max_per_size=2, max_bytes=3 * 1024)
+    blocks = [buffer_pool._aligned_block(1024) for _ in range(4)]
     assert all(b.__array_interface__["data"][0] % 64 == 0 for b in blocks)
     for b in blocks:
         pool.put(b)
     assert pool.stats()["blocks"] == 2 and pool.stats()["dropped"] == 2
-    pool.put(runtime._aligned_block(1100))
+    pool.put(buffer_pool._aligned_block(1100))
     assert pool.stats()["blocks"] == 2 and pool.stats()["bytes"] == 2048     # over max_bytes
     assert pool.take(1024) is not None and pool.take(1024) is not None
     assert pool.take(1024) is None
@@ -374,7 +374,7 @@ def test_memory_stats_needs_the_llvm_backend():
 
 
 def test_workspace_over_the_cap_sizes_storage_per_call(monkeypatch):
-    monkeypatch.setattr(runtime, "WORKSPACE_MAX_BYTES", 1000)
+    monkeypatch.setattr(runner_memory, "WORKSPACE_MAX_BYTES", 1000)
     c = compiled(layer_norm, S((rj.dim("n", max=4096), 16), "float32"))
     st_ = c.memory_stats()
     assert st_["mode"] == "per-call" and isinstance(st_["workspace_bytes"], int)
@@ -418,13 +418,13 @@ def test_random_programs(ops, n, m, small_pool):
     check_plan(fn, plan_memory(fn))
     x = np.random.default_rng(n * m).uniform(-1, 1, (n, m)).astype(np.float32)
     want = _program(ops, np)(x)
-    old = runtime.POOL_MIN_BYTES
-    runtime.POOL_MIN_BYTES = 4 if small_pool else old     # 4: nearly everything pooled
+    old = runner_memory.POOL_MIN_BYTES
+    runner_memory.POOL_MIN_BYTES = 4 if small_pool else old     # 4: nearly everything pooled
     try:
         jf = rj.jit(f, pipeline=[legalize])
         got = jf(x)
     finally:
-        runtime.POOL_MIN_BYTES = old
+        runner_memory.POOL_MIN_BYTES = old
     assert_same(got, want, rtol=1e-4, atol=1e-4)
     again = jf(x[::-1].copy())
     assert_same(got, want, rtol=1e-4, atol=1e-4)          # the first results are intact

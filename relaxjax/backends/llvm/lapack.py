@@ -18,8 +18,10 @@ import threading
 
 import llvmlite.binding as llvm
 
+from ...library import loader
 from . import target
 from .codegen import _Fn as codegen_Fn
+from .engine import compile_llvm
 
 LAPACK = {   # routine -> number of (pointer) arguments
     "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgelqf": 8, "dorglq": 9,
@@ -365,7 +367,6 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=None)
 def _compiled():
-    from .runtime import compile_llvm
     target.init()
     with _LOCK:
         for r in LAPACK:
@@ -380,7 +381,6 @@ def address(name: str) -> int:
 
 
 def _loader(name):
-    from ...library import loader
     return loader(lambda: address(name))
 
 

@@ -1,0 +1,110 @@
+"""Memory for the LLVM backend's calls: aligned blocks, and a process-wide pool of large
+blocks that outputs and intermediates are carved from and return to."""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ...compile.memplan import ALIGN
+
+def _aligned_block(nbytes: int) -> np.ndarray:
+    """A 1-d uint8 array of ``nbytes`` whose data is ``ALIGN``-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    off = -raw.__array_interface__["data"][0] % ALIGN
+    return raw[off:off + nbytes]
+
+
+class BufferPool:
+    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size.
+
+    Bounded: at most ``max_per_size`` blocks of one size and ``max_bytes`` in all; a block
+    that does not fit is dropped (freed).  ``put`` runs from finalizers, i.e. in whatever
+    thread the garbage collector runs, possibly while that thread is inside ``take``/``put``
+    itself: it never waits for a lock its own thread holds (the block is dropped instead)."""
+
+    def __init__(self, max_per_size: int = 8, max_bytes: int = 1 << 30):
+        self.max_per_size, self.max_bytes = max_per_size, max_bytes
+        self._free: dict = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._holder = None
+        self._owned: dict = {}         # id(weakref) -> (weakref, block)
+        self.hits = self.misses = self.returned = self.dropped = 0
+
+    def take(self, nbytes: int):
+        """A free block of exactly ``nbytes``, or None."""
+        self._acquire()
+        try:
+            lst = self._free.get(nbytes)
+            blk = lst.pop() if lst else None
+            if blk is not None:
+                self._bytes -= nbytes
+                self.hits += 1
+            else:
+                self.misses += 1
+        finally:
+            self._release()
+        return blk
+
+    def put_when_dead(self, owner, blk: np.ndarray) -> None:
+        """Give ``blk`` back once ``owner`` is garbage collected (what ``weakref.finalize``
+        does, at a third of its cost: a weak reference with a callback, kept alive here)."""
+        r = weakref.ref(owner, self._dead)
+        self._owned[id(r)] = (r, blk)
+
+    def _dead(self, r) -> None:
+        entry = self._owned.pop(id(r), None)
+        if entry is not None:
+            self.put(entry[1])
+
+    def _acquire(self) -> None:
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+
+    def _release(self) -> None:
+        self._holder = None
+        self._lock.release()
+
+    def put(self, blk: np.ndarray) -> None:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            if self._holder == threading.get_ident():    # re-entered from the GC: drop it
+                self.dropped += 1
+                return
+            lock.acquire()
+        try:
+            self._holder = threading.get_ident()
+            n = blk.nbytes
+            lst = self._free.setdefault(n, [])
+            if len(lst) < self.max_per_size and self._bytes + n <= self.max_bytes:
+                lst.append(blk)
+                self._bytes += n
+                self.returned += 1
+            else:
+                self.dropped += 1
+        finally:
+            self._holder = None
+            lock.release()
+
+    def clear(self) -> None:
+        self._acquire()
+        try:
+            self._free.clear()
+            self._bytes = 0
+        finally:
+            self._release()
+
+    def stats(self) -> dict:
+        self._acquire()
+        try:
+            blocks = sum(map(len, self._free.values()))
+            out = {"blocks": blocks, "bytes": self._bytes, "hits": self.hits, "misses": self.misses,
+                   "returned": self.returned, "dropped": self.dropped, "in_use": len(self._owned)}
+        finally:
+            self._release()
+        return out
+
+
+POOL = BufferPool()

@@ -1,0 +1,244 @@
+"""The LLVM backend's compiler and loader: LLVM IR optimised at O3 for the host CPU, then
+JIT-compiled in memory (MCJIT) or built into a shared library kept in the persistent cache;
+the runtime globals generated code reads (thread count, parallel threshold, BLAS pointers).
+One engine per module text, kept for the process."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+
+import llvmlite.binding as llvm
+
+from ... import cache
+from ...tir import PrimFunc
+from . import mathlib, target
+from .codegen import KernelEmitter, helper_source
+
+# Process-wide knobs read by every kernel: thread count (0 = OpenMP's default) and the work
+# (elements touched) below which a kernel stays on the calling thread; and the BLAS functions
+# segments call, as function pointers.  Generated code reads them as external globals.  In
+# MCJIT-compiled code they resolve to these ctypes objects (``llvm.add_symbol``); shared
+# libraries from the persistent cache resolve them from the small runtime library
+# (``_RUNTIME_TEXT``, itself cached), whose copies are kept equal to these (``_set_global``).
+# Below 128 K elements a kernel runs in tens of microseconds on one core, about what a fork
+# and join of the OpenMP team costs when OpenBLAS's workers still spin after a gemm and the
+# two pools fight for the cores (attention at s = 128: 830 us with a 32 K threshold, 170 us
+# with this one).
+DEFAULT_PARALLEL_MIN_WORK = 1 << 17
+NUM_THREADS = ctypes.c_int32(0)
+PARALLEL_MIN_WORK = ctypes.c_int64(DEFAULT_PARALLEL_MIN_WORK)
+_GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
+                  "rj_blas_sgemm": [ctypes.c_void_p(None)], "rj_blas_dgemm": [ctypes.c_void_p(None)]}
+_RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
+@rj_num_threads = global i32 0
+@rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
+@rj_blas_sgemm = global ptr null
+@rj_blas_dgemm = global ptr null
+"""
+
+# Bump when the machine code can change without the module text changing (optimisation
+# options, linking): part of every persistent-cache key.
+CODEGEN_VERSION = "1"
+
+_SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
+_ENGINES: dict = {}        # (native, sha256 of text) -> CompiledModule | SharedModule
+_KERNELS: dict = {}        # (native, symbol) -> (module, text)
+_LOCK = threading.RLock()
+_RUNTIME: list = []        # the loaded runtime SharedModule, once
+_NATIVE_FAILED: list = []  # the error that made shared libraries unusable in this process
+log = logging.getLogger("relaxjax.llvm")
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for parallel loops (0: OpenMP's default, one per core)."""
+    _set_global("rj_num_threads", int(n))
+
+
+def set_parallel_threshold(work: int) -> None:
+    """Kernels touching fewer elements than this run on the calling thread."""
+    _set_global("rj_parallel_min_work", int(work))
+
+
+def _set_global(name: str, value) -> None:
+    for v in _GLOBALS[name]:
+        v.value = value
+
+
+def _runtime_symbols() -> None:
+    """The runtime globals for MCJIT-compiled code (and the BLAS pointers' values)."""
+    for name in ("sgemm", "dgemm"):
+        if _GLOBALS[f"rj_blas_{name}"][0].value is None:
+            _set_global(f"rj_blas_{name}", target.blas_function(name))
+    for name, vs in _GLOBALS.items():
+        llvm.add_symbol(name, ctypes.addressof(vs[0]))
+
+
+def _runtime_library() -> None:
+    """Load the runtime globals as a shared library (``RTLD_GLOBAL``, before any cached
+    kernel) and copy the current values into it."""
+    with _LOCK:
+        if _RUNTIME:
+            return
+        _runtime_symbols()
+        target.libm()
+        rt = SharedModule(_RUNTIME_TEXT, [])
+        for name, vs in _GLOBALS.items():
+            v = type(vs[0]).in_dll(rt.lib, name)
+            v.value = vs[0].value
+            vs.append(v)
+        _RUNTIME.append(rt)
+
+
+def native_code() -> bool:
+    """Whether new executables compile to shared libraries through the persistent cache
+    (cache on, a linker found, and no failure so far) rather than to in-memory MCJIT code."""
+    return cache.enabled() and not _NATIVE_FAILED and target.linker() is not None
+
+
+def _optimize(text: str, tm):
+    """Parse, verify and optimise ``text`` at O3 for the host (loop and SLP vectorization)."""
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class CompiledModule:
+    """An LLVM module optimised and JIT-compiled in memory (MCJIT); ``functions[name]`` are
+    ctypes callables."""
+
+    def __init__(self, text: str, entry_names: list):
+        target.init()
+        self.text = text
+        tm = target.target_machine()
+        mod = _optimize(text, tm)
+        self.optimized = str(mod)
+        self.engine = llvm.create_mcjit_compiler(mod, tm)
+        self.engine.finalize_object()
+        self.functions = {n: _SEGMENT(self.engine.get_function_address(n)) for n in entry_names}
+
+    def address(self, name: str) -> int:
+        return self.engine.get_function_address(name)
+
+    def assembly(self) -> str:
+        mod = llvm.parse_assembly(self.optimized)
+        return target.target_machine().emit_assembly(mod)
+
+
+class SharedModule:
+    """An LLVM module as a shared library from the persistent cache: loaded from there with
+    no LLVM work when an entry for this text and target exists, else optimised, compiled
+    to position-independent object code, linked (``target.link_shared``) and stored there.
+    Loaded ``RTLD_GLOBAL`` (``exports``) so the modules loaded after it resolve its exported
+    symbols (the runtime globals, kernel entries), else ``RTLD_LOCAL`` (segments: called
+    only through their addresses).  ``from_cache`` says whether it came from the cache."""
+
+    def __init__(self, text: str, entry_names: list, exports: bool = True):
+        self.text = text
+        mode = ctypes.RTLD_GLOBAL if exports else ctypes.RTLD_LOCAL
+        self._optimized = None
+        parts = cache_key_parts(text)
+        self.lib = None
+        path = cache.get_path("llvm", parts, ".so")
+        if path is not None:
+            try:
+                self.lib = ctypes.CDLL(path, mode=mode)
+            except OSError as e:      # valid file, but not loadable here: rebuild it
+                log.warning("relaxjax: cannot load cached %s (%s); compiling again", path, e)
+        self.from_cache = self.lib is not None
+        if self.lib is None:
+            tm = target.pic_target_machine()
+            mod = _optimize(text, tm)
+            self._optimized = str(mod)
+            data = target.link_shared(tm.emit_object(mod))
+            path = cache.put("llvm", parts, data, ".so")
+            if path is not None:
+                self.lib = ctypes.CDLL(path, mode=mode)
+            else:                     # cache not writable: load a private copy
+                fd, path = tempfile.mkstemp(prefix="relaxjax-", suffix=".so")
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    self.lib = ctypes.CDLL(path, mode=mode)
+                finally:
+                    os.unlink(path)
+        self.path = path
+        self.functions = {n: _SEGMENT(self.address(n)) for n in entry_names}
+
+    def address(self, name: str) -> int:
+        return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+
+    @property
+    def optimized(self) -> str:
+        """The optimised module text (computed again when the library came from the cache)."""
+        if self._optimized is None:
+            with _LOCK:
+                self._optimized = str(_optimize(self.text, target.pic_target_machine()))
+        return self._optimized
+
+    def assembly(self) -> str:
+        with _LOCK:
+            return target.pic_target_machine().emit_assembly(llvm.parse_assembly(self.optimized))
+
+
+def cache_key_parts(text: str) -> tuple:
+    """The persistent-cache key of an LLVM module's machine code: its text, the target
+    (triple, CPU, features, llvmlite and LLVM versions) and how it is compiled and linked."""
+    return (text, target.target_id(), CODEGEN_VERSION, os.path.basename(target.linker()[0]))
+
+
+def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bool = False):
+    """Compile once per distinct module text in this process: in memory with MCJIT, or
+    (``native``) as a shared library through the persistent cache, whose symbols later
+    libraries resolve when ``exports``."""
+    key = (native, hashlib.sha256(text.encode()).hexdigest())
+    with _LOCK:
+        cm = _ENGINES.get(key)
+        if cm is None:
+            if native:
+                _runtime_library()
+            cm = _ENGINES[key] = SharedModule(text, entry_names, exports) if native \
+                else CompiledModule(text, entry_names)
+    return cm
+
+
+def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
+    """One loop-level program as its own LLVM module.  Its entry is exported under a name
+    derived from the generated code, so equal programs in any function (whatever their
+    buffers and dims are called) share one compiled kernel.  Returns (module, symbol, text)."""
+    em = KernelEmitter(f, "@@SYM@@")
+    body = em.emit()
+    decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
+             "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
+             "declare i64 @llvm.smin.i64(i64, i64)"}
+    helpers = []
+    for h in sorted(em.helpers_used, key=str):
+        src = helper_source(h)
+        decls |= {line for line in src.split("\n") if line.startswith("declare")}
+        rest = "\n".join(line for line in src.split("\n") if not line.startswith("declare"))
+        if rest.strip():
+            helpers.append(rest)
+    text = "\n\n".join(
+        ["@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64",
+         "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))] + helpers + [body] +
+        ['attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }']) + "\n"
+    sym = "rjk_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    text = text.replace("@@SYM@@", sym)
+    with _LOCK:
+        hit = _KERNELS.get((native, sym))
+    if hit is not None:
+        return hit[0], sym, f"; {f.name}\n" + text
+    cm = compile_llvm(text, [], native, exports=True)
+    if not native:        # a shared library's symbols resolve through the dynamic linker
+        llvm.add_symbol(sym, cm.address(sym))
+    with _LOCK:
+        _KERNELS[(native, sym)] = (cm, text)
+    return cm, sym, f"; {f.name}\n" + text
