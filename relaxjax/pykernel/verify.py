@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..tir import Assign, For, If, Load, Local, Op, Seq, Store, to_sympy
+from ..tir import Assign, For, If, Load, Local, Op, Store, expr_str, to_sympy
+from ..tir.visit import StmtVisitor
 from ..errors import ShapeError
 from ..shapes import ShapeEnv, dim_str, normalize, symbol
 
@@ -41,38 +42,41 @@ def _extreme(e, sym, lo, hi, env, loop_syms, want_max):
     return sympy.expand(e.xreplace({sym: bound}))
 
 
-class _Checker:
+class _Checker(StmtVisitor):
     def __init__(self, f, env: ShapeEnv, fail):
         self.f, self.env, self.fail = f, env, fail
         self.dims = set(f.dim_vars)
         self.loops: dict = {}             # loop var name -> sympy symbol
         self.ranges: list = []            # (symbol, lo, hi) outermost first
+        self.guarded = False              # under an if: accesses may be guarded
 
-    def stmt(self, s, guarded: bool) -> None:
-        if isinstance(s, Seq):
-            for x in s.stmts:
-                self.stmt(x, guarded)
-        elif isinstance(s, For):
-            self.expr(s.start, guarded)
-            self.expr(s.extent, guarded)
-            sym = sympy.Symbol(f"_loop_{s.var.name}", integer=True)
-            lo = _to_sympy(s.start, self.loops, self.dims)
-            hi = _to_sympy(s.extent, self.loops, self.dims)
-            self.loops[s.var.name] = sym
-            self.ranges.append((sym, lo, None if hi is None else hi - 1))
-            self.stmt(s.body, guarded)
-            self.ranges.pop()
-            del self.loops[s.var.name]
-        elif isinstance(s, If):
-            self.expr(s.cond, guarded)
-            self.stmt(s.then, True)
-            if s.else_ is not None:
-                self.stmt(s.else_, True)
-        elif isinstance(s, Store):
-            self.access(s, s.buffer, s.index, guarded)
-            self.expr(s.value, guarded)
-        elif isinstance(s, (Local, Assign)):
-            self.expr(s.init if isinstance(s, Local) else s.value, guarded)
+    def visit_For(self, s: For) -> None:
+        self.expr(s.start, self.guarded)
+        self.expr(s.extent, self.guarded)
+        sym = sympy.Symbol(f"_loop_{s.var.name}", integer=True)
+        lo = _to_sympy(s.start, self.loops, self.dims)
+        hi = _to_sympy(s.extent, self.loops, self.dims)
+        self.loops[s.var.name] = sym
+        self.ranges.append((sym, lo, None if hi is None else hi - 1))
+        self.visit(s.body)
+        self.ranges.pop()
+        del self.loops[s.var.name]
+
+    def visit_If(self, s: If) -> None:
+        self.expr(s.cond, self.guarded)
+        outer, self.guarded = self.guarded, True
+        self.generic_visit(s)
+        self.guarded = outer
+
+    def visit_Store(self, s: Store) -> None:
+        self.access(s, s.buffer, s.index, self.guarded)
+        self.expr(s.value, self.guarded)
+
+    def visit_Local(self, s: Local) -> None:
+        self.expr(s.init, self.guarded)
+
+    def visit_Assign(self, s: Assign) -> None:
+        self.expr(s.value, self.guarded)
 
     def expr(self, e, guarded: bool) -> None:
         if isinstance(e, Load):
@@ -102,18 +106,13 @@ class _Checker:
                     continue
                 v = normalize(v)
                 if bad(v) is True:
-                    self.fail(node, f"index {_text(i)} into axis {ax} of {buf.name} (size "
+                    self.fail(node, f"index {expr_str(i)} into axis {ax} of {buf.name} (size "
                                     f"{dim_str(size)}) reaches {dim_str(v)}: out of bounds")
-
-
-def _text(e) -> str:
-    from ..tir import expr_str
-    return expr_str(e)
 
 
 def check_bounds(f, env: ShapeEnv, fail) -> None:
     """Raise (through ``fail(tir node, message)``) on an access provably out of bounds."""
-    _Checker(f, env, fail).stmt(f.body, False)
+    _Checker(f, env, fail).visit(f.body)
 
 
 def raise_shape_error(src, node_of: dict):

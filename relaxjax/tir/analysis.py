@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .nodes import (Assign, Const, Expr, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, expr_str,
-                  from_sympy)
+from .nodes import (Assign, Const, Expr, For, Load, Local, PrimFunc, Seq, Store, Var, expr_str,
+                    from_sympy)
+from .visit import map_expr, stmt_children, walk, walk_expr, walk_stmts
 
 
 def perfect_nest(f: PrimFunc):
@@ -35,27 +36,12 @@ def perfect_nest(f: PrimFunc):
     if [expr_str(lp.extent) for lp in loops] != [expr_str(from_sympy(d)) for d in out.shape]:
         return None
     inputs = {id(b) for b in f.inputs}
-    ok = True
-
-    def visit(e):
-        nonlocal ok
-        if isinstance(e, Load):
-            ok &= id(e.buffer) in inputs
-            for i in e.index:
-                visit(i)
-        elif isinstance(e, Op):
-            for a in e.args:
-                visit(a)
-    visit(s.value)
+    ok = all(id(x.buffer) in inputs for x in walk_expr(s.value) if isinstance(x, Load))
     return ([lp.var for lp in loops], s) if ok else None
 
 
 def _has_reduction(s) -> bool:
-    if isinstance(s, For):
-        return s.kind == "reduction" or _has_reduction(s.body)
-    if isinstance(s, Seq):
-        return any(_has_reduction(x) for x in s.stmts)
-    return False
+    return any(isinstance(x, For) and x.kind == "reduction" for x in walk_stmts(s))
 
 
 def classify_primfunc(f: PrimFunc) -> str:
@@ -65,18 +51,10 @@ def classify_primfunc(f: PrimFunc) -> str:
     if nest is not None:
         loop_vars, store = nest
         names = [v.name for v in loop_vars]
-        same = True
-
-        def visit(e):
-            nonlocal same
-            if isinstance(e, Load):
-                same &= [expr_str(i) for i in e.index] == names and \
-                    [expr_str(from_sympy(d)) for d in e.buffer.shape] == \
-                    [expr_str(from_sympy(d)) for d in store.buffer.shape]
-            elif isinstance(e, Op):
-                for a in e.args:
-                    visit(a)
-        visit(store.value)
+        out_shape = [expr_str(from_sympy(d)) for d in store.buffer.shape]
+        same = all([expr_str(i) for i in x.index] == names and
+                   [expr_str(from_sympy(d)) for d in x.buffer.shape] == out_shape
+                   for x in walk_expr(store.value) if isinstance(x, Load))
         return "elementwise" if same else "injective"
     return "reduction" if _has_reduction(f.body) else "opaque"
 
@@ -96,12 +74,10 @@ def inline_primfunc(f: PrimFunc, idx: list, reads: list[Callable], dims: dict) -
             if e.name in env:
                 return env[e.name]
             return dims.get(e.name, e)          # a dim the caller has under the same name
-        if isinstance(e, Load):
-            return reads[pos[id(e.buffer)]]([sub(i) for i in e.index])
-        if isinstance(e, Op):
-            return Op(e.name, tuple(sub(a) for a in e.args), e.dtype, e.flags)
+        if isinstance(e, Load):                 # its indices are substituted already
+            return reads[pos[id(e.buffer)]](list(e.index))
         return e
-    return sub(store.value)
+    return map_expr(store.value, sub)
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,38 +87,16 @@ def inline_primfunc(f: PrimFunc, idx: list, reads: list[Callable], dims: dict) -
 def _accesses(s, out: dict, declared: set, assigned: set, written: set) -> None:
     """Collect, under statement ``s``: buffer accesses (id -> [index]), locals declared and
     assigned, buffers written."""
-    def expr(e):
-        if isinstance(e, Load):
-            out.setdefault(id(e.buffer), []).append(e.index)
-            for i in e.index:
-                expr(i)
-        elif isinstance(e, Op):
-            for a in e.args:
-                expr(a)
-    if isinstance(s, Seq):
-        for x in s.stmts:
-            _accesses(x, out, declared, assigned, written)
-    elif isinstance(s, For):
-        expr(s.start)
-        expr(s.extent)
-        _accesses(s.body, out, declared, assigned, written)
-    elif isinstance(s, If):
-        expr(s.cond)
-        _accesses(s.then, out, declared, assigned, written)
-        if s.else_ is not None:
-            _accesses(s.else_, out, declared, assigned, written)
-    elif isinstance(s, Store):
-        written.add(id(s.buffer))
-        out.setdefault(id(s.buffer), []).append(s.index)
-        for i in s.index:
-            expr(i)
-        expr(s.value)
-    elif isinstance(s, Local):
-        declared.add(s.var.name)
-        expr(s.init)
-    elif isinstance(s, Assign):
-        assigned.add(s.var.name)
-        expr(s.value)
+    for x in walk(s):
+        if isinstance(x, Load):
+            out.setdefault(id(x.buffer), []).append(x.index)
+        elif isinstance(x, Store):
+            written.add(id(x.buffer))
+            out.setdefault(id(x.buffer), []).append(x.index)
+        elif isinstance(x, Local):
+            declared.add(x.var.name)
+        elif isinstance(x, Assign):
+            assigned.add(x.var.name)
 
 
 def loop_is_independent(loop: For) -> bool:
@@ -165,31 +119,21 @@ def loop_is_independent(loop: For) -> bool:
 
 
 def _has_loop(s) -> bool:
-    if isinstance(s, For):
-        return True
-    if isinstance(s, Seq):
-        return any(_has_loop(x) for x in s.stmts)
-    if isinstance(s, If):
-        return _has_loop(s.then) or (s.else_ is not None and _has_loop(s.else_))
-    return False
+    return any(isinstance(x, For) for x in walk_stmts(s))
 
 
 def mark_loop_kinds(body, nested: bool = False):
     """Set the kind of every serial loop in ``body`` (in place; returns ``body``): an
     independent loop (``loop_is_independent``) is "parallel" when no loop encloses it,
     else "vectorized" when it is innermost; every other loop stays "serial"."""
-    if isinstance(body, Seq):
-        for x in body.stmts:
-            mark_loop_kinds(x, nested)
-    elif isinstance(body, If):
-        mark_loop_kinds(body.then, nested)
-        if body.else_ is not None:
-            mark_loop_kinds(body.else_, nested)
-    elif isinstance(body, For):
+    if isinstance(body, For):
         mark_loop_kinds(body.body, True)
         if body.kind == "serial" and loop_is_independent(body):
             if not nested:
                 body.kind = "parallel"
             elif not _has_loop(body.body):
                 body.kind = "vectorized"
+    else:
+        for x in stmt_children(body):
+            mark_loop_kinds(x, nested)
     return body
