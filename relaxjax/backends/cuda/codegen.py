@@ -27,19 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store,
-                   Var, from_sympy, op)
-from ...tir.visit import stmt_exprs, walk_expr, walk_stmts
+                   Var, from_sympy)
+from ...tir.visit import walk_expr, walk_stmts
+from .loop_analysis import (COMBINE, all_exprs, combined_accumulators, contiguous_split, full_reduction,
+                            has_loop, has_store, leading_loops, shareable, trip_count)
 from .scalar_ops import CudaCodegenError, c_const, ctype, memtype, render_op
 
 _VECTOR = {"float32": "float4", "int32": "int4", "uint32": "uint4", "float64": "double2",
            "int64": "longlong2", "uint64": "ulonglong2"}
-# reduction combiners: tir op name -> (functor for floats/bool, functor for integers)
-_COMBINE = {"add": ("rj_add_op", "rj_iadd_op"), "mul": ("rj_mul_op", "rj_imul_op"),
-            "max": ("rj_max_op", "rj_max_op"), "min": ("rj_min_op", "rj_min_op"),
-            "and": ("rj_and_op", "rj_and_op"), "or": ("rj_or_op", "rj_or_op"),
-            "xor": ("rj_xor_op", "rj_xor_op")}
-
-
 @dataclass
 class Phase:
     name: str            # the __global__ function
@@ -109,16 +104,16 @@ class _Emitter:
 
     def _phase(self, pname: str, stmts: list) -> list:
         body = stmts[0] if len(stmts) == 1 else Seq(stmts)
-        loops, inner = _leading_loops(body)
-        split = None if loops else _full_reduction(inner)
+        loops, inner = leading_loops(body)
+        split = None if loops else full_reduction(inner)
         if split is not None:
             return self._two_stage(pname, *split)
         self.lines, self.depth, self.flat = [], 1, None
         self._strides()
-        if loops and not _has_loop(inner):
+        if loops and not has_loop(inner):
             mode = "grid"
             items = self._grid(loops, inner)
-        elif _shareable(inner) and (not loops or _contiguous_split(inner)):
+        elif shareable(inner) and (not loops or contiguous_split(inner)):
             mode = "rows"
             if loops:
                 items = self._flat_loop(loops, "blockIdx.x", "gridDim.x")
@@ -145,7 +140,7 @@ class _Emitter:
         """A full reduction in two launches: every block of the grid folds a share into one
         partial per accumulator (``rj_ws``: 8-byte slots, ``rj_nparts`` per accumulator),
         then one block combines the partials and runs what follows the loop."""
-        accs = _combined(red)
+        accs = combined_accumulators(red)
         loops, body = [red], red.body
         while isinstance(body, For) and body.kind == "reduction":
             loops.append(body)
@@ -195,7 +190,7 @@ class _Emitter:
         dtype = np.dtype(dtype)
         carrier = "float" if dtype == np.float16 else \
             "int" if dtype.itemsize < 4 or dtype == BOOL else ctype(dtype)
-        return carrier, _COMBINE[opname][dtype.kind in "iu"] + "()"
+        return carrier, COMBINE[opname][dtype.kind in "iu"] + "()"
 
     def _flat_loop(self, loops: list, first: str, step: str):
         """Open a grid-stride loop over the flattened iteration space of ``loops`` and bind
@@ -209,7 +204,7 @@ class _Emitter:
     def _flat_counts(self, loops: list) -> tuple:
         """Declare the iteration count ``<q>_n`` (and each loop's count); returns the
         counter's name, the counts' names and the total as an expression."""
-        counts = [_count(l) for l in loops]
+        counts = [trip_count(l) for l in loops]
         total = counts[0]
         for c in counts[1:]:
             total = total * c
@@ -311,7 +306,7 @@ class _Emitter:
                     roles[st.buffer.name] = "out"
                 else:
                     other.add(st.buffer.name)
-        for e in _exprs(inner):
+        for e in all_exprs(inner):
             for x in walk_expr(e):
                 if isinstance(x, Load):
                     if flat(x.buffer, x.index) and roles.get(x.buffer.name, "in") == "in":
@@ -380,7 +375,7 @@ class _Emitter:
                 self.shared(x)
         elif isinstance(s, (Local, Assign)):
             self.simple(s)
-        elif isinstance(s, Store) or isinstance(s, If) and _has_store(s):
+        elif isinstance(s, Store) or isinstance(s, If) and has_store(s):
             self.line("if (threadIdx.x == 0) {")
             self.depth += 1
             self.serial(s)
@@ -406,7 +401,7 @@ class _Emitter:
         while isinstance(body, For) and body.kind == "reduction":
             loops.append(body)
             body = body.body
-        accs = _combined(s)
+        accs = combined_accumulators(s)
         for name, (opname, dtype) in accs.items():
             self.line(f"const {ctype(dtype)} v_{name}_init = v_{name}; v_{name} = {self._identity(opname, dtype)};")
         self._flat_loop(loops, "threadIdx.x", "blockDim.x")
@@ -480,121 +475,3 @@ class _Emitter:
 
     def _is_dim(self, name: str) -> bool:
         return name in self.f.dim_vars
-
-# ---------------------------------------------------------------------------------------
-# Analysis of loop nests
-# ---------------------------------------------------------------------------------------
-
-def _count(loop: For):
-    return op("max", loop.extent - loop.start, Const(0, INDEX))
-
-
-def _leading_loops(s) -> tuple:
-    loops = []
-    while isinstance(s, For) and s.kind in ("parallel", "vectorized"):
-        loops.append(s)
-        s = s.body
-    return loops, s
-
-
-def _has_loop(s) -> bool:
-    return any(isinstance(x, For) for x in walk_stmts(s))
-
-
-def _has_store(s) -> bool:
-    return any(isinstance(x, Store) for x in walk_stmts(s))
-
-
-def _exprs(s):
-    """Every expression of ``s`` (not recursing into sub-expressions)."""
-    for x in walk_stmts(s):
-        yield from stmt_exprs(x)
-
-
-def _reads(s, name: str) -> int:
-    return sum(isinstance(x, Var) and x.name == name for e in _exprs(s) for x in walk_expr(e))
-
-
-def _declared(s) -> set:
-    return {x.var.name for x in walk_stmts(s) if isinstance(x, Local)} | \
-        {x.var.name for x in walk_stmts(s) if isinstance(x, For)}
-
-
-def _combined(loop: For) -> dict | None:
-    """The accumulators a reduction loop only combines into: {name: (op, dtype)}; None when
-    an outer local is assigned any other way (or read apart from its combining)."""
-    inner = _declared(loop.body)
-    accs: dict = {}
-    assigns = [x for x in walk_stmts(loop.body) if isinstance(x, Assign) and x.var.name not in inner]
-    for a in assigns:
-        v = a.value
-        if not (isinstance(v, Op) and v.name in _COMBINE and len(v.args) == 2):
-            return None
-        x, y = v.args
-        acc = x if isinstance(x, Var) and x.name == a.var.name else y
-        other = y if acc is x else x
-        if not (isinstance(acc, Var) and acc.name == a.var.name) or _reads_expr(other, a.var.name):
-            return None
-        if accs.setdefault(a.var.name, (v.name, a.var.dtype))[0] != v.name:
-            return None
-    for name in accs:
-        n_assign = sum(1 for a in assigns if a.var.name == name)
-        if _reads(loop.body, name) != n_assign:
-            return None
-    return accs
-
-
-def _reads_expr(e, name: str) -> bool:
-    return any(isinstance(x, Var) and x.name == name for x in walk_expr(e))
-
-
-def _full_reduction(s):
-    """``(prefix, loop, rest)`` when ``s`` is local set-up, one combining reduction nest and
-    loop-free or shareable statements after it: a reduction over everything, done in two
-    stages.  None otherwise."""
-    stmts = s.stmts if isinstance(s, Seq) else [s]
-    k = next((i for i, x in enumerate(stmts) if isinstance(x, For)), None)
-    if k is None or stmts[k].kind != "reduction" or not _shareable(s):
-        return None
-    prefix, loop, rest = stmts[:k], stmts[k], stmts[k + 1:]
-    if not all(isinstance(x, (Local, Assign)) for x in prefix) or not _combined(loop) or \
-            any(isinstance(x, For) and x.kind == "reduction" for r in rest for x in walk_stmts(r)):
-        return None
-    return prefix, loop, rest
-
-
-def _shareable(s) -> bool:
-    """Can the threads of a block run ``s`` together (see ``_Emitter.shared``)?"""
-    if isinstance(s, Seq):
-        return all(_shareable(x) for x in s.stmts)
-    if isinstance(s, (Local, Assign, Store)):
-        return True
-    if isinstance(s, If):
-        if _has_loop(s):
-            return False
-        assigns = any(isinstance(x, (Assign, Local)) for x in walk_stmts(s))
-        return not (assigns and _has_store(s))
-    if isinstance(s, For) and s.kind in ("parallel", "vectorized"):
-        inner = _declared(s.body)
-        return not any(isinstance(x, Assign) and x.var.name not in inner for x in walk_stmts(s.body))
-    if isinstance(s, For) and s.kind == "reduction":
-        return _combined(s) is not None
-    return False
-
-
-def _contiguous_split(s) -> bool:
-    """Does a loop split across the block walk the last (contiguous) axis of some buffer?
-    Otherwise neighbouring threads would touch far-apart addresses: one thread per row is
-    better."""
-    for x in walk_stmts(s):
-        if isinstance(x, For):
-            names = {l.var.name for l in walk_stmts(x) if isinstance(l, For)}
-            for e in _exprs(x.body):
-                for sub in walk_expr(e):
-                    if isinstance(sub, Load) and sub.index and \
-                            any(_reads_expr(sub.index[-1], n) for n in names):
-                        return True
-            for st in walk_stmts(x.body):
-                if isinstance(st, Store) and st.index and any(_reads_expr(st.index[-1], n) for n in names):
-                    return True
-    return False
