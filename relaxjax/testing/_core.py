@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from typing import Any, Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import optree
@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ..backends import available_backends
-from ..jit import Jitted, ShapeDtypeStruct, jit
-from ..shapes import DEFAULT_BOUNDS, INF, SymbolicDim, compile_dims, dim_str, free_symbols, symbol
+from ..jit import Jitted, jit
+from ..shapes import DEFAULT_BOUNDS, SymbolicDim, compile_dims, free_symbols, symbol
+from ..structs import ShapeDtypeStruct
 
 FLOAT_RANGE = 4.0
 INT_RANGE = 8

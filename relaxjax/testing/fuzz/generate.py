@@ -1,125 +1,17 @@
-"""Differential fuzzing: random numpy-API programs over random symbolic signatures, run on
-every backend (jitted, with the symbolic signature and in automatic mode) and on NumPy.
-
-A program is data: dims with bounds, input structs, and a list of :class:`Op` records
-(each a source template over earlier values), so it prints as Python source, which is
-also how it runs (``program(xp, *inputs)`` with ``xp`` = ``numpy`` or
-``relaxjax.numpy``).  Programs are drawn by hypothesis (:func:`programs`), so a failure
-shrinks to a small program and small shapes; :func:`reproducer` writes it as a
-stand-alone script.
-
-Ops: elementwise unary/binary ufuncs (total on their inputs: ``exp`` of clipped values,
-``sqrt(abs(x))``, division by ``1 + |y|``...), comparisons and ``where``, broadcasting
-(size-1 axes, lower ranks, Python scalars, dims as values), reductions (sum, mean, max,
-min, var, argmax, any; axis, tuples, keepdims), reshapes provable from the symbolic shape
-(flatten, merge, split ``n * 2`` into ``(n, 2)``, unit axes), slices (steps, negative
-steps, symbolic stops), transposes, matmul, concatenate/stack, flip, casts.  Magnitudes are
-tracked, and a value that could grow past 1e4 is squashed by ``tanh``.
-
-Long campaigns: ``python -m relaxjax.testing.fuzz --programs 10000 [--seed S] [--out DIR]``.
-"""
+"""Drawing random programs (hypothesis strategy :func:`programs`): op families over tracked
+values with shapes, dtypes and magnitudes."""
 from __future__ import annotations
 
-import argparse
-import hashlib
 import math
-import os
-import sys
-import textwrap
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import sympy
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
-from ..shapes import INF, dim_str, floordiv, interval, symbol
-from ._core import arrays_for, assert_tree_close
+from ...shapes import INF, floordiv, interval, symbol
+from .program import DIM_NAMES, LIMIT, Op, Program, same_dim
 
-LIMIT = 1e4               # magnitudes past this get squashed
-DIM_NAMES = ("n0", "n1", "n2")
-
-
-# ---------------------------------------------------------------------------------------
-# Programs as data
-# ---------------------------------------------------------------------------------------
-
-@dataclass
-class Op:
-    """One binding: ``out = template.format(*names of args)``."""
-    kind: str
-    args: tuple
-    template: str
-    shape: tuple = ()           # symbolic shape of the result (for the printed comment)
-    dtype: str = ""
-
-
-@dataclass
-class Program:
-    dims: list                  # [(name, lo, hi)]
-    inputs: list                # [(shape tuple of Dim, dtype str)]
-    ops: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)     # value indices
-    max_side: int = 8
-
-    def names(self) -> list:
-        return [f"x{i}" for i in range(len(self.inputs))] + [f"v{i}" for i in range(len(self.ops))]
-
-    def signature(self):
-        from ..jit import ShapeDtypeStruct
-        return tuple(ShapeDtypeStruct(tuple(_user_dim(d, self.bounds()) for d in shp), dt)
-                     for shp, dt in self.inputs)
-
-    def bounds(self) -> dict:
-        return {symbol(n): (lo, hi) for n, lo, hi in self.dims}
-
-    def body(self) -> str:
-        names = self.names()
-        k = len(self.inputs)
-        args = ", ".join(names[:k])
-        L = [f"def program(xp, {args}):"]
-        for i, op in enumerate(self.ops):
-            L.append(f"    {names[k + i]} = {op.template.format(*[names[a] for a in op.args])}"
-                     f"  # {_type_str(op.dtype, op.shape)}")
-        outs = ", ".join(names[o] for o in self.outputs)
-        L.append(f"    return ({outs},)" if len(self.outputs) == 1 else f"    return ({outs})")
-        return "\n".join(L)
-
-    def signature_source(self) -> str:
-        L = []
-        for n, lo, hi in self.dims:
-            L.append(f"{n} = rj.dim({n!r}, min={lo}" + (f", max={hi})" if hi != INF else ")"))
-        structs = ", ".join(f"rj.ShapeDtypeStruct(({''.join(dim_str(d) + ', ' for d in shp)}), {dt!r})"
-                            for shp, dt in self.inputs)
-        L.append(f"SIGNATURE = ({structs},)")
-        return "\n".join(L)
-
-    def compile(self):
-        ns: dict = {}
-        exec(compile(self.body(), "<relaxjax fuzz program>", "exec"), ns)  # noqa: S102 (generated)
-        return ns["program"]
-
-    def __str__(self) -> str:
-        return self.signature_source() + "\n\n" + self.body()
-
-
-def _type_str(dtype, shape) -> str:
-    return f"{dtype}[{', '.join(dim_str(d) for d in shape)}]"
-
-
-def _user_dim(d, bounds):
-    if isinstance(d, int):
-        return d
-    from ..shapes import SymbolicDim
-    return SymbolicDim(d, {s: bounds[s] for s in d.free_symbols})
-
-
-# ---------------------------------------------------------------------------------------
-# Generation
-# ---------------------------------------------------------------------------------------
 
 @dataclass
 class _Val:
@@ -139,19 +31,13 @@ DISCONTINUOUS = {"floor", "rint", "sign", "mod", "greater", "less_equal", "equal
                  "where_cmp", "argmax", "argmin", "cast_int"}
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return sympy.expand(sympy.sympify(a) - b) == 0
-
-
 def _bcast(a: tuple, b: tuple):
     """The broadcast shape, or None unless every aligned pair is equal or one is 1."""
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         x = a[-i] if i <= len(a) else 1
         y = b[-i] if i <= len(b) else 1
-        if _same(x, y):
+        if same_dim(x, y):
             out.append(x)
         elif x == 1:
             out.append(y)
@@ -505,9 +391,9 @@ class _Gen:
         for j, b in enumerate(self.vals):
             if b.dtype.kind not in "fi" or not b.shape:
                 continue
-            if len(b.shape) == 1 and _same(b.shape[0], k):
+            if len(b.shape) == 1 and same_dim(b.shape[0], k):
                 partners.append(j)
-            elif len(b.shape) >= 2 and _same(b.shape[-2], k) and \
+            elif len(b.shape) >= 2 and same_dim(b.shape[-2], k) and \
                     (len(a.shape) == 1 or _bcast(a.shape[:-2], b.shape[:-2]) is not None):
                 partners.append(j)
         if partners and self.draw(st.integers(0, 3)) > 0:
@@ -542,7 +428,7 @@ class _Gen:
         r = len(a.shape)
         if self.draw(st.integers(0, 3)) == 0:      # stack: equal shapes
             same = [j for j, v in enumerate(self.vals) if len(v.shape) == r and
-                    all(_same(x, y) for x, y in zip(v.shape, a.shape))]
+                    all(same_dim(x, y) for x, y in zip(v.shape, a.shape))]
             j = self.pick(same)
             ax = self.draw(st.integers(0, r))
             shape = a.shape[:ax] + (2,) + a.shape[ax:]
@@ -550,7 +436,7 @@ class _Gen:
                              max(a.mag, self.vals[j].mag))
         ax = self.draw(st.integers(0, r - 1))
         partners = [j for j, v in enumerate(self.vals) if len(v.shape) == r and
-                    all(_same(x, y) for k, (x, y) in enumerate(zip(v.shape, a.shape)) if k != ax)]
+                    all(same_dim(x, y) for k, (x, y) in enumerate(zip(v.shape, a.shape)) if k != ax)]
         j = self.pick(partners)
         b = self.vals[j]
         shape = a.shape[:ax] + (a.shape[ax] + b.shape[ax],) + a.shape[ax + 1:]
@@ -680,408 +566,3 @@ def programs(draw, min_ops: int = 1, max_ops: int = 30, float_only: bool = False
     outputs = [last] + [o for o in extra if o != last]
     prog = Program(dims, inputs, g.ops, outputs, max_side=max_side)
     return prog
-
-
-# ---------------------------------------------------------------------------------------
-# Running
-# ---------------------------------------------------------------------------------------
-
-def low_precision(prog: Program) -> bool:
-    """Whether any value of the program is float32 or narrower (a float64 result may then
-    carry float32 rounding, e.g. after a cast)."""
-    dts = [np.dtype(dt) for _, dt in prog.inputs] + [np.dtype(op.dtype) for op in prog.ops]
-    return any(d.kind == "f" and d.itemsize <= 4 for d in dts)
-
-
-def tolerance_for(prog: Program, dtype) -> dict:
-    dtype = np.dtype(dtype)
-    if dtype.kind != "f":
-        return dict(rtol=0, atol=0)
-    if dtype.itemsize <= 4 or low_precision(prog):
-        return dict(rtol=2e-3, atol=2e-4)
-    return dict(rtol=1e-7, atol=1e-8)
-
-
-class Failure(AssertionError):
-    def __init__(self, message, program, inputs, dims, backend, mode):
-        super().__init__(message)
-        self.program, self.inputs, self.dims = program, inputs, dims
-        self.backend, self.mode = backend, mode
-
-
-def _compare(got, want, prog):
-    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
-    want = tuple(want)
-    if len(got) != len(want):
-        raise AssertionError(f"{len(got)} results, expected {len(want)}")
-    for k, (g, w) in enumerate(zip(got, want)):
-        tol = tolerance_for(prog, np.asarray(w).dtype)
-        try:
-            assert_tree_close(np.asarray(g) if isinstance(g, np.generic) else g, np.asarray(w), **tol)
-        except AssertionError as e:
-            raise AssertionError(f"output {k}: {e}") from None
-
-
-def targets(backends=None, modes=("explicit", "auto")) -> list:
-    from ..backends import available_backends
-    bs = available_backends() if backends is None else list(backends)
-    return [(b, m) for b in bs for m in modes]
-
-
-def check_program(prog: Program, input_sets: list, backends=None, modes=("explicit", "auto")) -> None:
-    """Run ``prog`` on NumPy and jitted on each (backend, mode) for every input set (one jit
-    per target, reused across the sets); raise :class:`Failure` at the first difference."""
-    import relaxjax as rj
-    import relaxjax.numpy as rnp
-    fn = prog.compile()
-    sig = prog.signature()
-    jits = {}
-    for arrays, dims in input_sets:
-        with np.errstate(all="ignore"):
-            want = fn(np, *[np.array(a) for a in arrays])
-        for backend, mode in targets(backends, modes):
-            key = (backend, mode)
-            try:
-                if key not in jits:
-                    jits[key] = rj.jit(lambda *xs: fn(rnp, *xs), backend=backend,
-                                       shapes=sig if mode == "explicit" else None)
-                with np.errstate(all="ignore"):
-                    got = jits[key](*arrays)
-                _compare(got, want, prog)
-            except Exception as e:
-                kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
-                msg = (f"{backend} backend, {mode} mode {kind}: {e}\n"
-                       f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
-                raise Failure(msg, prog, arrays, dims, backend, mode) from e
-
-
-# ---------------------------------------------------------------------------------------
-# Minimizing a failure (beyond what hypothesis shrinks): fewer outputs, dead ops removed,
-# ops bypassed, unused inputs dropped, smaller dims
-# ---------------------------------------------------------------------------------------
-
-def _rebuild(prog: Program, outputs: list, subst: dict | None = None) -> tuple:
-    """``prog`` computing only ``outputs`` (value ids), with value ``a`` replaced by
-    ``subst[a]``; dead ops, unused inputs and unused dims are dropped."""
-    subst = subst or {}
-    k = len(prog.inputs)
-
-    def res(v):
-        while v in subst:
-            v = subst[v]
-        return v
-    need, stack = set(), [res(o) for o in outputs]
-    while stack:
-        v = stack.pop()
-        if v in need:
-            continue
-        need.add(v)
-        if v >= k:
-            stack += [res(a) for a in prog.ops[v - k].args]
-    keep_in = [i for i in range(k) if i in need]
-    keep_ops = [v for v in range(k, k + len(prog.ops)) if v in need]
-    new_id = {v: n for n, v in enumerate(keep_in + keep_ops)}
-    ops = [Op(prog.ops[v - k].kind, tuple(new_id[res(a)] for a in prog.ops[v - k].args),
-              prog.ops[v - k].template, prog.ops[v - k].shape, prog.ops[v - k].dtype) for v in keep_ops]
-    inputs = [prog.inputs[i] for i in keep_in]
-    used = set()
-    for shp, _ in inputs:
-        for d in shp:
-            used |= getattr(d, "free_symbols", set())
-    dims = [(n, lo, hi) for n, lo, hi in prog.dims if symbol(n) in used]
-    outs = []
-    for o in outputs:
-        if new_id[res(o)] not in outs:
-            outs.append(new_id[res(o)])
-    return Program(dims, inputs, ops, outs, prog.max_side), keep_in
-
-
-def _kind_of(f: Failure) -> tuple:
-    c = f.__cause__
-    if type(c) is AssertionError:
-        what = "dtype" if "dtype" in str(c) else "shape" if "shape" in str(c) else "values"
-        return (f.backend, f.mode, "differs", what)
-    return (f.backend, f.mode, type(c).__name__)
-
-
-def _try(prog, inputs, dims, backend, mode):
-    try:
-        check_program(prog, [(tuple(inputs), dims)], [backend], (mode,))
-    except Failure as f:
-        return f
-    except Exception:           # the candidate itself is broken (e.g. NumPy rejects it)
-        return None
-    return None
-
-
-def minimize(f: Failure, budget_s: float = 120.0) -> Failure:
-    """A smaller program and smaller inputs failing the same way (same target, same kind
-    of failure), by greedy steps while ``budget_s`` lasts."""
-    t0 = time.time()
-    kind = _kind_of(f)
-    best = f
-
-    def attempt(prog, keep_in, inputs=None, dims=None):
-        nonlocal best
-        if time.time() - t0 > budget_s:
-            return False
-        ins = [best.inputs[i] for i in keep_in] if inputs is None else inputs
-        g = _try(prog, ins, dims if dims is not None else best.dims, best.backend, best.mode)
-        if g is not None and _kind_of(g) == kind:
-            best = g
-            return True
-        return False
-
-    changed = True
-    while changed and time.time() - t0 < budget_s:
-        changed = False
-        prog = best.program
-        k = len(prog.inputs)
-        # one output at a time
-        if len(prog.outputs) > 1:
-            for o in prog.outputs:
-                cand, keep = _rebuild(prog, [o])
-                if attempt(cand, keep):
-                    changed = True
-                    break
-            if changed:
-                continue
-        # bypass an op: use one of its arguments (same shape and dtype) or an earlier value
-        for v in reversed(range(k, k + len(prog.ops))):
-            op = prog.ops[v - k]
-            for a in op.args:
-                src = prog.ops[a - k] if a >= k else None
-                shp = src.shape if src else prog.inputs[a][0]
-                dt = src.dtype if src else prog.inputs[a][1]
-                if dt == op.dtype and len(shp) == len(op.shape) and all(_same(x, y) for x, y in zip(shp, op.shape)):
-                    cand, keep = _rebuild(prog, prog.outputs, {v: a})
-                    if attempt(cand, keep):
-                        changed = True
-                        break
-            if changed:
-                break
-        if changed:
-            continue
-        # the output itself earlier: an output's argument as the output
-        for o in prog.outputs:
-            if o >= k:
-                for a in prog.ops[o - k].args:
-                    cand, keep = _rebuild(prog, [a if x == o else x for x in prog.outputs])
-                    if attempt(cand, keep):
-                        changed = True
-                        break
-            if changed:
-                break
-        if changed:
-            continue
-        # smaller dims (arrays cut to the new shapes)
-        for name, lo, hi in prog.dims:
-            cur = best.dims.get(name)
-            if cur is None:
-                continue
-            for v in sorted({lo, max(lo, 1), lo + 1, cur // 2, cur - 1}):
-                if not (max(lo, 1) <= v < cur):
-                    continue
-                dims = dict(best.dims, **{name: v})
-                vals = {symbol(n): x for n, x in dims.items()}
-                ins, ok = [], True
-                for (shp, _), a in zip(prog.inputs, best.inputs):
-                    new = tuple(d if isinstance(d, int) else int(d.xreplace(vals)) for d in shp)
-                    if any(x < 1 or x > y for x, y in zip(new, a.shape)):
-                        ok = False
-                        break
-                    ins.append(np.array(a[tuple(slice(0, x) for x in new)], copy=True))
-                if ok and attempt(prog, list(range(len(prog.inputs))), ins, dims):
-                    changed = True
-                    break
-            if changed:
-                break
-        if changed:
-            continue
-        # rounder input values
-        for i, a in enumerate(best.inputs):
-            if a.dtype.kind == "f" and not np.array_equal(a, np.round(a)):
-                ins = list(best.inputs)
-                ins[i] = np.round(a).astype(a.dtype)
-                if attempt(prog, list(range(len(prog.inputs))), ins):
-                    changed = True
-                    break
-    return best
-
-
-def reproducer(f: Failure) -> str:
-    """A stand-alone Python script reproducing a failure (exits 1 while it still fails)."""
-    arrays = []
-    for k, a in enumerate(f.inputs):
-        arrays.append(f"    x{k} = np.array({a.tolist()!r}, dtype={str(a.dtype)!r}).reshape({a.shape!r})")
-    first = str(f).split("\n")[0]
-    return "\n".join([
-        f'"""relaxjax fuzz reproducer: {f.backend} backend, {f.mode} mode.',
-        "",
-        textwrap.indent(first, ""),
-        '"""',
-        "import sys",
-        "",
-        "import numpy as np",
-        "",
-        "import relaxjax as rj",
-        "import relaxjax.numpy as rnp",
-        "from relaxjax.testing import assert_tree_close",
-        "",
-        f.program.signature_source(),
-        f"DIMS = {f.dims!r}",
-        "",
-        "",
-        f.program.body(),
-        "",
-        "",
-        "def main():",
-        *arrays,
-        f"    args = ({''.join(f'x{k}, ' for k in range(len(f.inputs)))})",
-        "    with np.errstate(all='ignore'):",
-        "        want = program(np, *args)",
-        f"    f = rj.jit(lambda *xs: program(rnp, *xs), backend={f.backend!r}"
-        + (", shapes=SIGNATURE)" if f.mode == "explicit" else ")"),
-        "    got = f(*args)",
-        "    for g, w in zip(got, want):",
-        "        if np.asarray(w).dtype.kind == 'f':",
-        f"            tol = {tolerance_for(f.program, 'float64')!r}" + ("  # float32 values in the program" if
-                                                                       low_precision(f.program) else ""),
-        "        else:",
-        "            tol = {}",
-        "        assert_tree_close(np.asarray(g), np.asarray(w), **tol)",
-        "    print('ok: the program agrees with NumPy')",
-        "",
-        "",
-        "if __name__ == '__main__':",
-        "    main()",
-        "",
-    ])
-
-
-def fuzz(n_programs: int, *, seed: int | None = None, backends=None, modes=("explicit", "auto"),
-         max_ops: int = 30, input_sets: int = 2, database=None, on_program=None, min_ops: int = 1,
-         shrink: bool = True, minimize_s: float = 0.0):
-    """Run one hypothesis search over ``n_programs`` programs; raises the :class:`Failure` of
-    the first failing program, shrunk by hypothesis (``shrink``) and then by
-    :func:`minimize` for up to ``minimize_s`` seconds."""
-    last: list = []
-
-    @st.composite
-    def case(draw):
-        prog = draw(programs(min_ops=min_ops, max_ops=max_ops))
-        sig = prog.signature()
-        sets = [draw(arrays_for(sig, min_side=1, max_side=prog.max_side, with_dims=True))
-                for _ in range(input_sets)]
-        return prog, sets
-
-    @settings(max_examples=n_programs, deadline=None, database=database,
-              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
-              verbosity=Verbosity.quiet,
-              phases=list(Phase) if shrink else [p for p in Phase if p != Phase.shrink])
-    @given(case())
-    def run(c):
-        prog, sets = c
-        if on_program is not None:
-            on_program(prog)
-        try:
-            check_program(prog, sets, backends, modes)
-        except Failure as f:
-            last[:] = [f]
-            raise
-    if seed is not None:
-        run = hseed(seed)(run)
-    try:
-        run()
-    except Failure as e:
-        f = last[0] if last else e
-        if minimize_s > 0:
-            f = minimize(f, minimize_s)
-        raise f from f.__cause__
-
-
-# ---------------------------------------------------------------------------------------
-# Campaign
-# ---------------------------------------------------------------------------------------
-
-def _signature_of(f: Failure) -> str:
-    """What identifies a bug: target, error type and first line, op kinds involved."""
-    cause = f.__cause__
-    head = f"{type(cause).__name__}" if cause is not None else "Failure"
-    if type(cause) is AssertionError:
-        head += ":" + ("dtype" if "dtype" in str(cause) else "shape" if "shape" in str(cause) else "values")
-    else:
-        head += ":" + str(cause).split("\n")[0][:80]
-    kinds = ",".join(sorted({op.kind for op in f.program.ops}))
-    return f"{f.backend}/{f.mode}/{head}/{kinds}"
-
-
-def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: int = 200,
-             time_limit: float | None = None, max_ops: int = 30, log=print, shrink: bool = False,
-             minimize_s: float = 60.0) -> dict:
-    """Many searches of ``chunk`` programs (each seeded ``seed + k``) until ``n_programs``
-    programs ran; each distinct failure is written to ``out`` as a reproducer script."""
-    os.makedirs(out, exist_ok=True)
-    count = [0]
-    seen: dict = {}
-    t0 = time.time()
-    current = os.path.join(out, "_current_program.py")
-
-    def on_program(prog):
-        count[0] += 1
-        with open(current, "w") as fh:          # survives a crash of the process
-            fh.write(str(prog) + "\n")
-
-    k = 0
-    while count[0] < n_programs and (time_limit is None or time.time() - t0 < time_limit):
-        todo = min(chunk, n_programs - count[0])
-        before = count[0]
-        try:
-            fuzz(todo, seed=seed + k, max_ops=max_ops, on_program=on_program, shrink=shrink,
-                 minimize_s=minimize_s)
-        except Failure as f:
-            sig = _signature_of(f)
-            seen.setdefault(sig, 0)
-            seen[sig] += 1
-            if seen[sig] == 1:
-                name = "fail_" + hashlib.sha256(sig.encode()).hexdigest()[:10] + ".py"
-                with open(os.path.join(out, name), "w") as fh:
-                    fh.write(reproducer(f))
-                log(f"[{count[0]} programs, {time.time() - t0:.0f}s] FAILURE {sig} -> {name}\n"
-                    + textwrap.indent(str(f).split("\n")[0][:400], "    "))
-            else:
-                log(f"[{count[0]} programs] again: {sig}")
-        except Exception:          # a bug of the fuzzer itself: report, go on
-            log("fuzzer error:\n" + traceback.format_exc())
-        if count[0] == before:
-            break
-        k += 1
-        log(f"[{count[0]} programs, {time.time() - t0:.0f}s] {len(seen)} distinct failures")
-    if os.path.exists(current):
-        os.remove(current)
-    return {"programs": count[0], "seconds": time.time() - t0, "failures": seen}
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m relaxjax.testing.fuzz", description=__doc__.split("\n")[0])
-    p.add_argument("--programs", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="fuzz-failures", help="directory for reproducer scripts")
-    p.add_argument("--chunk", type=int, default=200, help="programs per hypothesis search")
-    p.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--max-ops", type=int, default=30)
-    p.add_argument("--shrink", action="store_true",
-                   help="let hypothesis shrink failures too (thorough, slow: each attempt compiles)")
-    p.add_argument("--minimize-seconds", type=float, default=60.0,
-                   help="time to minimize each failure (ops, outputs, dims, values)")
-    a = p.parse_args(argv)
-    r = campaign(a.programs, a.seed, a.out, a.chunk, a.time_limit, a.max_ops, shrink=a.shrink,
-                 minimize_s=a.minimize_seconds)
-    print(f"{r['programs']} programs in {r['seconds']:.0f}s; {len(r['failures'])} distinct failures")
-    for sig, n in r["failures"].items():
-        print(f"  {n}x {sig}")
-    return 1 if r["failures"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Running a program on every backend and mode against NumPy (:func:`check_program`), and
+the :class:`Failure` it raises."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core import assert_tree_close
+from ...backends import available_backends
+from .program import Program
+
+
+def low_precision(prog: Program) -> bool:
+    """Whether any value of the program is float32 or narrower (a float64 result may then
+    carry float32 rounding, e.g. after a cast)."""
+    dts = [np.dtype(dt) for _, dt in prog.inputs] + [np.dtype(op.dtype) for op in prog.ops]
+    return any(d.kind == "f" and d.itemsize <= 4 for d in dts)
+
+
+def tolerance_for(prog: Program, dtype) -> dict:
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        return dict(rtol=0, atol=0)
+    if dtype.itemsize <= 4 or low_precision(prog):
+        return dict(rtol=2e-3, atol=2e-4)
+    return dict(rtol=1e-7, atol=1e-8)
+
+
+class Failure(AssertionError):
+    def __init__(self, message, program, inputs, dims, backend, mode):
+        super().__init__(message)
+        self.program, self.inputs, self.dims = program, inputs, dims
+        self.backend, self.mode = backend, mode
+
+
+def _compare(got, want, prog):
+    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    want = tuple(want)
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} results, expected {len(want)}")
+    for k, (g, w) in enumerate(zip(got, want)):
+        tol = tolerance_for(prog, np.asarray(w).dtype)
+        try:
+            assert_tree_close(np.asarray(g) if isinstance(g, np.generic) else g, np.asarray(w), **tol)
+        except AssertionError as e:
+            raise AssertionError(f"output {k}: {e}") from None
+
+
+def targets(backends=None, modes=("explicit", "auto")) -> list:
+    bs = available_backends() if backends is None else list(backends)
+    return [(b, m) for b in bs for m in modes]
+
+
+def check_program(prog: Program, input_sets: list, backends=None, modes=("explicit", "auto")) -> None:
+    """Run ``prog`` on NumPy and jitted on each (backend, mode) for every input set (one jit
+    per target, reused across the sets); raise :class:`Failure` at the first difference."""
+    import relaxjax as rj
+    import relaxjax.numpy as rnp
+    fn = prog.compile()
+    sig = prog.signature()
+    jits = {}
+    for arrays, dims in input_sets:
+        with np.errstate(all="ignore"):
+            want = fn(np, *[np.array(a) for a in arrays])
+        for backend, mode in targets(backends, modes):
+            key = (backend, mode)
+            try:
+                if key not in jits:
+                    jits[key] = rj.jit(lambda *xs: fn(rnp, *xs), backend=backend,
+                                       shapes=sig if mode == "explicit" else None)
+                with np.errstate(all="ignore"):
+                    got = jits[key](*arrays)
+                _compare(got, want, prog)
+            except Exception as e:
+                kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
+                msg = (f"{backend} backend, {mode} mode {kind}: {e}\n"
+                       f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
+                raise Failure(msg, prog, arrays, dims, backend, mode) from e
