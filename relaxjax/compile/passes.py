@@ -55,7 +55,7 @@ def run_pipeline(module: IRModule, passes: Sequence[Pass], *, check: bool | None
     return module
 
 
-_EFFECTFUL = {"match_cast"}   # run-time assertions stay even when their result is unused
+EFFECTFUL = {"match_cast"}   # run-time assertions stay even when their result is unused
 
 
 def _symbols_in(x) -> set:
@@ -79,7 +79,7 @@ def _dce_function(fn: Function) -> Function:
     for b in reversed(fn.bindings):
         defines_live_dim = any(v.type.free_symbols() & live_dims for v in b.outvars) \
             and getattr(b.callee, "kind", "") == "data_dependent"
-        if b.callee.name in _EFFECTFUL or defines_live_dim or any(v in live for v in b.outvars):
+        if b.callee.name in EFFECTFUL or defines_live_dim or any(v in live for v in b.outvars):
             kept.append(b)
             live.update(a for a in b.args if isinstance(a, Var))
             live_dims |= _symbols_in(b.args) | _symbols_in(b.params) | _symbols_in(b.outvars)
