@@ -22,7 +22,7 @@ PACKAGE_DIR = pathlib.Path(relaxjax.__file__).parent
 LAYERS = [
     ("plain data", ["relaxjax._version", "relaxjax.errors", "relaxjax.dtypes", "relaxjax.shapes",
                     "relaxjax.structs", "relaxjax.ir", "relaxjax.tir", "relaxjax.library",
-                    "relaxjax.cache"]),
+                    "relaxjax.cache", "relaxjax.op_table"]),
     ("tracing", ["relaxjax.core"]),
     ("primitives", ["relaxjax.lax"]),
     ("front ends", ["relaxjax.numpy", "relaxjax.nn", "relaxjax.frontend", "relaxjax.pykernel"]),

@@ -25,6 +25,7 @@ from .. import tir
 from ..ir import Literal
 from ..shapes import is_symbolic
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, from_sympy, op
+from ..op_table import registrar
 
 HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
 # float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)
@@ -64,12 +65,7 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
 COMPUTE: dict[str, Callable] = {}
 
 
-def compute_rule(*names):
-    def deco(fn):
-        for n in names:
-            COMPUTE[n] = fn
-        return fn
-    return deco
+compute_rule = registrar(COMPUTE)
 
 
 def broadcast_index(in_shape: tuple, idx: list) -> list:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...tir import BOOL, INDEX, Op
 from ..scalar_math import MATH, libm_name
+from ...op_table import registrar
 
 _CTYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
           "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
@@ -84,12 +85,7 @@ class Operands:
 SCALAR_OPS: dict[str, Callable[[Operands], str]] = {}
 
 
-def renders(*names):
-    def deco(fn):
-        for n in names:
-            SCALAR_OPS[n] = fn
-        return fn
-    return deco
+renders = registrar(SCALAR_OPS)
 
 
 def render_op(e: Op, a: list) -> str:

@@ -18,6 +18,7 @@ from ...tir import BOOL, Op
 from ..scalar_math import MATH
 from . import mathlib
 from .irtypes import BITS, FLOAT_RANK, fconst, is_float, llty, signed, suffix
+from ...op_table import registrar
 
 
 @dataclass
@@ -43,12 +44,7 @@ class Operands:
 SCALAR_OPS: dict[str, Callable[[Operands], str]] = {}
 
 
-def renders(*names):
-    def deco(fn):
-        for n in names:
-            SCALAR_OPS[n] = fn
-        return fn
-    return deco
+renders = registrar(SCALAR_OPS)
 
 
 # bool arithmetic as NumPy defines it: + is or, * is and, - is xor
