@@ -70,7 +70,21 @@ def free_symbols(d: Dim) -> frozenset:
 def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
+    q = sympy.cancel(sympy.sympify(a) / b)
+    if _integer_polynomial(q):
+        # b divides a as polynomials: a // b is the quotient itself ((2n + 2) * m // (n + 1)
+        # is 2 * m, not a floor of a fraction the prover cannot see through)
+        return normalize(sympy.expand(q))
     return normalize(sympy.floor(sympy.sympify(a) / b))
+
+
+def _integer_polynomial(e: sympy.Expr) -> bool:
+    """``e`` is a polynomial in its symbols with integer coefficients."""
+    if e.is_Integer:
+        return True
+    if not e.free_symbols or not e.is_polynomial(*e.free_symbols):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(e, *sorted(e.free_symbols, key=str)).coeffs())
 
 
 def mod(a: Dim, b: Dim) -> Dim:

@@ -106,3 +106,21 @@ def test_comparisons_outside_a_trace():
         bool(n > 5)
     with pytest.raises(rj.InconclusiveDimensionError):
         int(n)
+
+
+@given(st.sampled_from([1, 2, 3, 7, 31, 257]), st.sampled_from([1, 2, 5, 13, 64, 1009]),
+       st.integers(1, 4))
+def test_floordiv_by_a_polynomial_factor_is_the_exact_quotient(a, b, c):
+    """(c * (n0 + 1) * (n1 + 1)) // (n0 + 1) is c * (n1 + 1) itself, so reshaping
+    (n0 + 1, c, n1 + 1) into (n0 + 1, -1) is provable in explicit mode (the fuzzer found
+    it raising InconclusiveDimensionError)."""
+    n0, n1 = rj.dims("n0 n1")
+    q = floordiv(c * (n0.expr + 1) * (n1.expr + 1), n0.expr + 1)
+    assert sympy.expand(q - c * (n1.expr + 1)) == 0
+    assert floordiv(n0.expr * 3 + 1, 3) == n0.expr          # not exact: still a floor
+    assert floordiv(n0.expr, 2) == sympy.floor(n0.expr / 2)
+    sig = (rj.ShapeDtypeStruct((n0 + 1, c, n1 + 1), "float64"),)
+    f = rj.jit(lambda x: x.reshape(x.shape[0], -1), shapes=sig)
+    x = np.arange((a + 1) * c * (b + 1), dtype=np.float64).reshape(a + 1, c, b + 1)
+    np.testing.assert_array_equal(f(x), x.reshape(a + 1, -1))
+    assert f.cache_info().compiles == 1
