@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import operator
 import threading
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -566,7 +567,8 @@ class SymbolicDim:
     guard (automatic mode) or raise :class:`InconclusiveDimensionError`.
     """
     __slots__ = ("expr", "bounds")
-    __array_ufunc__ = None   # make NumPy defer to our reflected operators
+    # NumPy defers to our reflected operators until relaxjax.numpy installs its ufunc dispatch
+    __array_ufunc__ = None
 
     def __init__(self, expr: sympy.Expr, bounds: dict | None = None):
         self.expr = expr
@@ -576,8 +578,8 @@ class SymbolicDim:
     def _arith(self, other, fn, reflected=False):
         if isinstance(other, SymbolicDim):
             o, bounds = other.expr, {**self.bounds, **other.bounds}
-        elif isinstance(other, int) and not isinstance(other, bool):
-            o, bounds = other, self.bounds
+        elif isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
+            o, bounds = int(other), self.bounds           # np.int64(2) * n is a dim too
         else:
             return _as_value_op(self, other, fn.__name__, reflected)
         r = fn(o, self.expr) if reflected else fn(self.expr, o)
@@ -679,7 +681,6 @@ def as_dim(d: Any, what: str = "dimension") -> Dim:
     if isinstance(d, bool):
         raise TypeError(f"{what} must be an integer or a dim, got a bool")
     try:
-        import operator
         return operator.index(d)
     except TypeError:
         raise TypeError(f"{what} must be an integer or a symbolic dim, got {type(d).__name__}") from None

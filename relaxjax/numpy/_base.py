@@ -19,6 +19,12 @@ from ..shapes import ShapeEnv, SymbolicDim, current_env, wrap_dim
 PyScalar = (bool, int, float)
 
 
+def is_python_scalar(x: Any) -> bool:
+    """A Python bool, int or float: weak under NEP 50.  NumPy scalars are strong, though
+    ``np.float64`` subclasses ``float``."""
+    return isinstance(x, PyScalar) and not isinstance(x, np.generic)
+
+
 def env() -> ShapeEnv:
     """The active trace's shape environment, or a fresh one for eager (concrete) shapes."""
     return current_env() or ShapeEnv("explicit")
@@ -27,7 +33,7 @@ def env() -> ShapeEnv:
 def is_weak(x: Any) -> bool:
     if isinstance(x, Tracer):
         return x.weak_type
-    return isinstance(x, (*PyScalar, SymbolicDim))
+    return is_python_scalar(x) or isinstance(x, SymbolicDim)
 
 
 def arr(x: Any) -> Any:
@@ -78,7 +84,7 @@ def spec(x: Any):
         return dt.python_type_of(x.dtype) if x.weak_type else x.dtype
     if isinstance(x, SymbolicDim):
         return int
-    if isinstance(x, PyScalar):
+    if is_python_scalar(x):
         return type(x)
     return np.asarray(x).dtype
 
@@ -94,7 +100,7 @@ def cast(x: Any, dtype: np.dtype, weak: bool = False) -> Any:
         if current_trace() is None:
             raise TypeError(f"the symbolic dim {x} can only be used as a value inside a traced function")
         return dim_tracer(x, dtype, weak)
-    if isinstance(x, PyScalar):
+    if is_python_scalar(x):
         if isinstance(x, int) and dtype.kind in "iu":
             info = np.iinfo(dtype)
             if not info.min <= x <= info.max:

@@ -3,12 +3,17 @@
 The tracing core (``relaxjax.core``) defines ``Tracer`` without them: what ``x + y``,
 ``x[i]``, ``x.sum()`` or ``np.exp(x)`` mean is NumPy's API, which lives here.  Importing
 ``relaxjax.numpy`` installs them once; so is arithmetic between a symbolic dim and a
-non-integer (``n / 2`` inside a trace is a traced scalar, as NumPy would make it a float).
+non-integer (``n / 2`` inside a trace is a traced scalar, as NumPy would make it a float),
+and NumPy's ufuncs on dims (``np.sqrt(n)``).
 """
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
 from ..core import Tracer, current_trace, find_trace
-from ..shapes import set_value_op_hook
+from ..shapes import SymbolicDim, set_value_op_hook
 from ._indexing import getitem
 
 _METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
@@ -40,6 +45,26 @@ def _array_ufunc(rnp):
         if method != "__call__" or fn is None or kwargs:
             return NotImplemented
         return fn(*inputs)
+    return dispatch
+
+
+# NumPy ufuncs that are integer arithmetic on dims (np.int64(2) * n stays a dim)
+_DIM_ARITHMETIC = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+                   "floor_divide": operator.floordiv, "remainder": operator.mod}
+
+
+def _dim_array_ufunc(rnp):
+    def dispatch(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on symbolic dims: integer arithmetic stays dim arithmetic; anything
+        else (np.sqrt(n), np.log2(n), n * x) is a traced value, as for a Python int."""
+        if method != "__call__" or kwargs:
+            return NotImplemented
+        arith = _DIM_ARITHMETIC.get(ufunc.__name__)
+        if arith is not None and all(isinstance(a, (int, np.integer, SymbolicDim)) and
+                                     not isinstance(a, (bool, np.bool_)) for a in inputs):
+            return arith(*[a if isinstance(a, SymbolicDim) else int(a) for a in inputs])
+        fn = getattr(rnp, ufunc.__name__, None)
+        return NotImplemented if fn is None else fn(*inputs)
     return dispatch
 
 
@@ -79,6 +104,7 @@ def install(rnp) -> None:
     Tracer.__invert__ = lambda a: rnp.invert(a)
     Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
     Tracer.__array_ufunc__ = _array_ufunc(rnp)
+    SymbolicDim.__array_ufunc__ = _dim_array_ufunc(rnp)
     for name in _METHODS:
         if hasattr(rnp, name) or name in ("astype", "flatten"):
             setattr(Tracer, name, _method(rnp, name))
