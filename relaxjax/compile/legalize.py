@@ -13,7 +13,7 @@ from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, lower_fused_call
 from .lowering import (BLAS, COMPUTE, HOST_OPS, Accumulator, broadcast_index, buffer_names,
                        default_loop_kinds, elementwise_rule, lowering_kind, reduction_body,
-                       scalar_literal_expr)
+                       scalar_literal_expr, scan_loops)
 from .passes import Pass
 
 __all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
@@ -58,6 +58,8 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
             default_loop_kinds(rank), taken)
     elif how == "matmul":
         body = _matmul_loops(buffers, ob, in_types, out_type, taken)
+    elif how == "scan":
+        body = scan_loops(name, reads, in_types[0], ob, b.params["axis"], taken)
     else:
         rule = COMPUTE[name] if how == "compute" else elementwise_rule
         body = tir.loop_nest(extents, lambda idx: Store(

@@ -24,7 +24,7 @@ from .. import dtypes as dt
 from .. import tir
 from ..ir import Literal
 from ..shapes import is_symbolic
-from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, from_sympy, op
+from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
 HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
@@ -33,6 +33,9 @@ BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}
 
 Reader = Callable[[list], Expr]
 ARG_REDUCTIONS = ("argmax", "argmin")
+# running reductions along an axis -> the reduction whose accumulator they keep
+SCANS = {"cumsum": "reduce_sum", "cumprod": "reduce_prod", "cummax": "reduce_max",
+         "cummin": "reduce_min"}
 
 
 def lowering_kind(name: str, fusion_kind: str) -> str | None:
@@ -44,6 +47,7 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
       its scalar-op table;
     * "compute": a compute rule (``COMPUTE``) mapping output indices to input elements;
     * "reduction": an accumulator loop (``REDUCERS`` / arg reductions);
+    * "scan": an accumulator loop along one axis storing every step (``SCANS``);
     * "matmul": a BLAS library call for float32/float64, loops otherwise;
     * None: no lowering (a primitive added without one).
     """
@@ -51,6 +55,8 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
         return "host"
     if name == "matmul":
         return "matmul"
+    if name in SCANS:
+        return "scan"
     if fusion_kind == "reduction":
         return "reduction" if name in REDUCERS or name in ARG_REDUCTIONS else None
     if name in COMPUTE:
@@ -245,20 +251,23 @@ class Accumulator:
     float32, as NumPy's pairwise sum effectively does), its initial value and the op that
     folds an element in (on bools, max is or and min is and)."""
 
-    def __init__(self, reducer: str, out_dtype):
+    def __init__(self, reducer: str, out_dtype, *, widen: bool = True):
         init, combine = REDUCERS[reducer]
         self.out_dtype = np.dtype(out_dtype)
-        self.dtype = accumulator_dtype(reducer, self.out_dtype)
+        # a scan rounds every step to the output dtype, as NumPy's accumulate does
+        self.dtype = accumulator_dtype(reducer, self.out_dtype) if widen else self.out_dtype
         if dt.is_bool(self.out_dtype) and reducer in ("reduce_max", "reduce_min"):
             combine = "or" if reducer == "reduce_max" else "and"
         self.combine = combine
         self.init = scalar_const(init(self.dtype), self.dtype)
 
-    def update(self, acc: tir.Var, x: Expr) -> Assign:
-        """``acc = combine(acc, x)``, reorderable (the backends may vectorize it)."""
+    def update(self, acc: tir.Var, x: Expr, *, reorderable: bool = True) -> Assign:
+        """``acc = combine(acc, x)``; ``reorderable``: the backends may vectorize it (a
+        reduction, not a scan, whose every partial value is stored)."""
         if x.dtype != self.dtype:
             x = op("convert", x, dtype=self.dtype)
-        return Assign(acc, op(self.combine, acc, x, dtype=self.dtype, flags=("reassoc",)))
+        flags = ("reassoc",) if reorderable else ()
+        return Assign(acc, op(self.combine, acc, x, dtype=self.dtype, flags=flags))
 
     def result(self, acc: tir.Var) -> Expr:
         return acc if self.dtype == self.out_dtype else op("convert", acc, dtype=self.out_dtype)
@@ -280,6 +289,26 @@ def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) 
     for v, a in reversed(list(zip(rvars, red_axes))):
         update = For(v, from_sympy(x_shape[a]), "reduction", update)
     return Seq([Local(acc, accum.init), update, store(accum.result(acc))])
+
+
+def scan_loops(name: str, reads: list, in_type, out, axis: int, taken: set) -> "tir.Stmt":
+    """``for other axes (parallel): acc = init; for i along axis: acc = combine(acc, x[..i..]);
+    out[..i..] = acc``."""
+    shape = in_type.shape
+    outer_axes = [a for a in range(len(shape)) if a != axis]
+    accum = Accumulator(SCANS[name], out.dtype, widen=False)
+
+    def body(idx):
+        i = tir.fresh("s", taken)
+        acc = tir.fresh("acc", taken, accum.dtype)
+        full = list(idx)
+        full.insert(axis, i)
+        step = Seq([accum.update(acc, reads[0](full), reorderable=False),
+                    Store(out, tuple(full), accum.result(acc))])
+        return Seq([Local(acc, accum.init), For(i, from_sympy(shape[axis]), "serial", step)])
+    # the outermost other axis splits across threads; none is vectorized (a loop is inside)
+    kinds = ["parallel"] + ["serial"] * (len(outer_axes) - 1) if outer_axes else []
+    return tir.loop_nest([from_sympy(shape[a]) for a in outer_axes], body, kinds, taken)
 
 
 def _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store, taken):

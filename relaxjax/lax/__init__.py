@@ -2,7 +2,8 @@
 NumPy reference implementation.  ``relaxjax.numpy`` is the NumPy-compatible layer on top."""
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import abs, max, min, pow, round  # noqa: F401  (names shadowing builtins)
-from .reduction import reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or, argmax, argmin  # noqa: F401
+from .reduction import (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or,  # noqa: F401
+                        argmax, argmin, cumsum, cumprod, cummax, cummin)
 from .structural import reshape, transpose, broadcast_to, concatenate, slice, pad, iota  # noqa: F401
 from .indexing import take, take_along_axis, nonzero, boolean_mask, match_cast  # noqa: F401
 from .linalg import matmul  # noqa: F401

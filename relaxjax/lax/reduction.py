@@ -50,3 +50,19 @@ def _arg_reduction(name, np_fn):
 
 argmax = _arg_reduction("argmax", np.argmax)
 argmin = _arg_reduction("argmin", np.argmin)
+
+
+def _cumulative(name: str, np_fn) -> Primitive:
+    """A running reduction along ``axis`` (``cumsum``, ...): same shape and dtype.  FuseOps
+    leaves it alone (``opaque``); Legalize gives it a scan loop."""
+    def impl(x, *, axis):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(np_fn(x, axis=axis), dtype=x.dtype)
+    return Primitive(name, shape_rule=lambda env, x, *, axis: x.shape,
+                     dtype_rule=lambda x, *, axis: x.dtype, impl=impl, kind="opaque")
+
+
+cumsum = _cumulative("cumsum", lambda x, axis: np.cumsum(x, axis=axis, dtype=x.dtype))
+cumprod = _cumulative("cumprod", lambda x, axis: np.cumprod(x, axis=axis, dtype=x.dtype))
+cummax = _cumulative("cummax", np.maximum.accumulate)
+cummin = _cumulative("cummin", np.minimum.accumulate)

@@ -8,12 +8,12 @@ import numpy as _np
 from ._ufuncs import *  # noqa: F401,F403
 from ._ufuncs import abs, pow, round  # noqa: F401
 from ._reductions import (sum, prod, max, min, amax, amin, all, any, mean, var, std,  # noqa: F401
-                          argmax, argmin)
+                          argmax, argmin, cumsum, cumprod)
 from ._shape_ops import (reshape, ravel, transpose, permute_dims, swapaxes, moveaxis,  # noqa: F401
                          broadcast_to, broadcast_arrays, expand_dims, squeeze, atleast_1d, atleast_2d,
                          concatenate, concat, stack, hstack, vstack, tile, repeat, pad, tri, tril, triu)
 from ._indexing import (take, take_along_axis, nonzero, argwhere, where, split,  # noqa: F401
-                        array_split, flip, fliplr, flipud)
+                        array_split, flip, fliplr, flipud, diff)
 from ._linalg import matmul, dot, vdot, inner, outer, tensordot, einsum  # noqa: F401
 from ._creation import (full, zeros, ones, empty, full_like, zeros_like, ones_like,  # noqa: F401
                         empty_like, arange, eye, identity, array, asarray)

@@ -12,7 +12,7 @@ from ..lax.util import normalize_axis
 from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize
 from ._base import arr, cast, dtype_of, env, shape
 from ._shape_ops import moveaxis, ravel, stack
-from ._ufuncs import where_values
+from ._ufuncs import not_equal, subtract, where_values
 
 
 def _index_bound(v, d, step_positive: bool, what: str):
@@ -278,3 +278,19 @@ def fliplr(a):
 
 def flipud(a):
     return flip(a, 0)
+
+
+def diff(a, n: int = 1, axis: int = -1):
+    """``numpy.diff``: ``n`` times the differences of neighbours along ``axis`` (``!=`` on
+    bools, as NumPy)."""
+    a = arr(a)
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"diff: order must be a non-negative int, got {n!r}")
+    nd = len(shape(a))
+    if nd == 0:
+        raise ValueError("diff requires input that is at least one dimensional")
+    ax = normalize_axis(axis, nd)
+    for _ in range(int(n)):
+        hi, lo = slice_axis(a, ax, 1, None), slice_axis(a, ax, 0, -1)
+        a = not_equal(hi, lo) if dt.is_bool(dtype_of(a)) else subtract(hi, lo)
+    return a

@@ -8,6 +8,7 @@ from .. import lax
 from ..lax.util import normalize_axes, normalize_axis
 from ..shapes import prod as dim_prod, wrap_dim
 from ._base import arr, cast, dtype_of, shape
+from ._shape_ops import ravel
 from ._ufuncs import multiply, sqrt, subtract, true_divide
 
 
@@ -102,7 +103,6 @@ def std(a, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False):
 def _arg(prim, a, axis, keepdims):
     a = arr(a)
     if axis is None:
-        from ._shape_ops import ravel
         r = prim.bind(ravel(a), axis=0)
         return lax.reshape.bind(r, new_sizes=(1,) * len(shape(a))) if keepdims else r
     ax = normalize_axis(axis, len(shape(a)))
@@ -118,3 +118,22 @@ def argmax(a, axis=None, keepdims: bool = False):
 def argmin(a, axis=None, keepdims: bool = False):
     """``numpy.argmin``."""
     return _arg(lax.argmin, a, axis, keepdims)
+
+
+def _cumulative(prim, np_name, a, axis, dtype):
+    a = arr(a)
+    if axis is None:                  # over the flattened array, as NumPy does
+        a, axis = ravel(a), 0
+    ax = normalize_axis(axis, len(shape(a)))
+    target = dt.canonical(dtype) if dtype is not None else dt.reduction_dtype(np_name, dtype_of(a))
+    return prim.bind(cast(a, target), axis=ax)
+
+
+def cumsum(a, axis=None, dtype=None):
+    """``numpy.cumsum`` (ints accumulate in int64, bools count, like NumPy)."""
+    return _cumulative(lax.cumsum, "cumsum", a, axis, dtype)
+
+
+def cumprod(a, axis=None, dtype=None):
+    """``numpy.cumprod``."""
+    return _cumulative(lax.cumprod, "cumprod", a, axis, dtype)

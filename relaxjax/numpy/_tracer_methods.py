@@ -18,7 +18,7 @@ from ._indexing import getitem
 
 _METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
             "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "clip",
-            "round", "take", "repeat", "cumsum")
+            "round", "take", "repeat", "cumsum", "cumprod")
 
 
 def _method(rnp, name: str):
