@@ -424,3 +424,67 @@ def test_kernel_using_dims_fuses_when_bound_to_expressions(n, k, seed):
     for backend in BACKENDS:
         g = rj.jit(f, backend=backend, shapes=(S(("n", kd * 2), F32),))
         assert_same(g(x), want)
+
+
+# ---------------------------------------------------------------------------------------
+# Buffer dims as expressions over names
+# ---------------------------------------------------------------------------------------
+
+@rj.kernel
+def pair_sums(x: rj.Buffer[("2*n", "m"), "float64"], out: rj.Buffer[("n", "m"), "float64"]):
+    for i, j in rj.grid(n, m):
+        out[i, j] = x[2 * i, j] + x[2 * i + 1, j]
+
+
+@rj.kernel
+def neighbour_diff(x: rj.Buffer[("n + 1",), "float32"], out: rj.Buffer[("n",), "float32"]):
+    for i in range(n):
+        out[i] = x[i + 1] - x[i]
+
+
+@rj.kernel
+def halves(x: rj.Buffer[("n",), "float64"], out: rj.Buffer[("n // 2",), "float64"]):
+    for i in range(n // 2):
+        out[i] = x[i] + x[n - 1 - i]
+
+
+def test_buffer_dim_expressions_print_and_bind():
+    assert "x: f64[n * 2, m]" in str(pair_sums) and "x: f32[n + 1]" in str(neighbour_diff)
+    assert "out: f64[n // 2]" in str(halves)
+    n = rj.dim("n")
+    assert rj.Buffer[(2 * n + 1,), F32].shape == (2 * n.expr + 1,)
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=SIZES, m=SMALL, seed=st.integers(0, 2**16))
+def test_buffer_dim_expressions_numbers(n, m, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2 * n, m))
+    y = rng.standard_normal(n + 1).astype(np.float32)
+    z = rng.standard_normal(n)
+    for b in BACKENDS:
+        f = rj.jit(lambda x, y, z: (
+            rj.call_tir(pair_sums, x, out=S((x.shape[0] // 2, x.shape[1]), "float64")),
+            rj.call_tir(neighbour_diff, y, out=S((y.shape[0] - 1,), F32)),
+            rj.call_tir(halves, z, out=S((z.shape[0] // 2,), "float64"))), backend=b)
+        got = f(x, y, z)
+        assert_same(got[0], x[0::2] + x[1::2])
+        assert_same(got[1], np.diff(y))
+        assert_same(got[2], z[:n // 2] + z[::-1][:n // 2])
+    assert_same(rj.call_tir(pair_sums, x, out=S((n, m), "float64")), x[0::2] + x[1::2])
+
+
+def test_buffer_dim_expression_errors():
+    with pytest.raises(rj.ShapeError, match=r"x axis 0: expected 8 \(n \* 2\), got 9"):
+        rj.call_tir(pair_sums, np.ones((9, 2)), out=S((4, 2), "float64"))
+    with pytest.raises(rj.ShapeError, match="9 is not a multiple of 2|expected"):
+        rj.call_tir(pair_sums, np.ones((9, 2)), out=S((5, 2), "float64"))
+
+    @rj.kernel
+    def floor_only(x: rj.Buffer[("k // 2",), "float64"], out: rj.Buffer[("m",), "float64"]):
+        out[0] = x[0]
+    with pytest.raises(rj.ShapeError, match="cannot bind k: name each dim alone"):
+        rj.call_tir(floor_only, np.ones(4), out=S((1,), "float64"))
+    for bad in ("n**2", "n / 2", "f(n)", "-3", "n +"):
+        with pytest.raises(TypeError, match="rj.Buffer dim"):
+            rj.Buffer[(bad,), F32]

@@ -8,15 +8,17 @@ import inspect
 import weakref
 
 import numpy as np
+import sympy
 
 from .. import dtypes as dt
 from ..core import Tracer, current_trace, find_trace, user_source
 from ..errors import InconclusiveDimensionError, ShapeError
 from ..ir import Binding, TensorType, Var
 from ..lax.tir_interp import compile_primfunc
-from ..shapes import INF, ShapeEnv, dim_str, free_symbols, is_symbolic, normalize, symbol
+from ..shapes import INF, ShapeEnv, dim_str, floordiv, free_symbols, is_symbolic, normalize, symbol
 from ..structs import ShapeDtypeStruct
 from . import lang, scope
+from .lang import dim_text
 from .parser import build_primfunc
 from .verify import check_bounds, raise_shape_error
 
@@ -47,7 +49,7 @@ class Kernel:
                              f"e.g. {p.arg}: rj.Buffer[('n',), 'float32']", TypeError)
             self.params.append((p.arg, spec))
         names = [p for p, _ in self.params]
-        self.dims = list(dict.fromkeys(d for _, s in self.params for d in s.shape if isinstance(d, str)))
+        self.dims = list(dict.fromkeys(d for _, s in self.params for d in s.dim_names()))
         for d in self.dims:
             if d in names:
                 src.error(fdef, f"{d} names both a parameter and a dim")
@@ -180,9 +182,12 @@ def respecialize(f, subst: dict):
 
 def bind_dims(k: Kernel, types: list, env: ShapeEnv) -> dict:
     """Kernel dim name -> the caller's dim, checking ranks, dtypes and every repeated dim
-    (``TypeError`` for a dtype, ``ShapeError`` otherwise)."""
+    (``TypeError`` for a dtype, ``ShapeError`` otherwise).  Axes declared by a bare name bind
+    it; an axis declared by an expression (``"2*n"``) is checked against the names bound
+    elsewhere, or binds the one name it leaves unknown when it is linear in it."""
     binding: dict = {}
     where: dict = {}
+    axes = []
     for (pname, spec), (shape, dtype) in zip(k.params, types):
         role = "output" if pname in k.outputs else "argument"
         if np.dtype(dtype) != spec.dtype:
@@ -190,24 +195,60 @@ def bind_dims(k: Kernel, types: list, env: ShapeEnv) -> dict:
         if len(shape) != len(spec.shape):
             raise ShapeError(f"kernel {k.name}: {role} {pname}: expected rank {len(spec.shape)} "
                              f"{spec}, got rank {len(shape)} [{', '.join(dim_str(d) for d in shape)}]")
-        for ax, (want, got) in enumerate(zip(spec.shape, shape)):
-            got = env.canon(got)
-            if isinstance(want, str) and want not in binding:
-                binding[want], where[want] = got, f"{pname} axis {ax}"
-                continue
-            expect = binding[want] if isinstance(want, str) else want
-            what = (f"kernel {k.name}: {role} {pname} axis {ax}: expected {dim_str(expect)}" +
-                    (f" (dim {want}, bound by {where[want]})" if isinstance(want, str) else ""))
-            r = env.try_prove("==", env.canon(expect), got)
-            if r is False:
-                raise ShapeError(f"{what}, got {dim_str(got)}")
-            if r is None:
-                if env.mode != "auto":
-                    raise InconclusiveDimensionError(
-                        f"{what}, got {dim_str(got)}: cannot prove them equal. Fix: declare them "
-                        f"with one dim name, or pass arrays whose shapes match")
-                env.require_eq(expect, got, what)       # automatic mode: a guard
+        axes += [(role, pname, ax, want, env.canon(got))
+                 for ax, (want, got) in enumerate(zip(spec.shape, shape))]
+    for role, pname, ax, want, got in axes:               # bare names bind first
+        if isinstance(want, str) and want not in binding:
+            binding[want], where[want] = got, f"{pname} axis {ax}"
+    for role, pname, ax, want, got in axes:
+        if is_symbolic(want):
+            _solve_for_unbound(k, want, got, binding, where, env, f"{pname} axis {ax}")
+        expect = binding[want] if isinstance(want, str) else \
+            want if isinstance(want, int) else _resolve(want, binding)
+        how = (f" (dim {want}, bound by {where[want]})" if isinstance(want, str) else
+               f" ({dim_text(want)})" if is_symbolic(want) else "")
+        what = f"kernel {k.name}: {role} {pname} axis {ax}: expected {dim_str(expect)}{how}"
+        r = env.try_prove("==", env.canon(expect), got)
+        if r is False:
+            raise ShapeError(f"{what}, got {dim_str(got)}")
+        if r is None:
+            if env.mode != "auto":
+                raise InconclusiveDimensionError(
+                    f"{what}, got {dim_str(got)}: cannot prove them equal. Fix: declare them "
+                    f"with one dim name, or pass arrays whose shapes match")
+            env.require_eq(expect, got, what)       # automatic mode: a guard
     return {n: env.canon(d) for n, d in binding.items()}
+
+
+def _resolve(expr, binding: dict):
+    return normalize(sympy.expand(expr.xreplace({symbol(n): v for n, v in binding.items()})))
+
+
+def _solve_for_unbound(k: Kernel, expr, got, binding: dict, where: dict, env: ShapeEnv,
+                       axis: str) -> None:
+    """Bind the one name ``expr`` leaves unknown from ``expr == got``: ``2*n == d`` gives
+    ``n = d // 2`` once 2 divides d (proved, or guarded in automatic mode)."""
+    unknown = sorted(s for s in expr.free_symbols if s.name not in binding)
+    if not unknown:
+        return
+    partial = expr.xreplace({symbol(n): v for n, v in binding.items()})
+    u = unknown[0]
+    if len(unknown) > 1 or not sympy.expand(partial).is_polynomial(u) or \
+            sympy.degree(sympy.expand(partial), u) != 1 or partial.has(sympy.floor):
+        raise ShapeError(f"kernel {k.name}: {axis} is declared {dim_text(expr)}, which cannot "
+                         f"bind {', '.join(s.name for s in unknown)}: name each dim alone in some "
+                         f"parameter's shape, or use an expression linear in one unknown dim")
+    p = sympy.expand(partial)
+    coeff, rest = p.coeff(u, 1), p.coeff(u, 0)
+    num = normalize(sympy.expand(sympy.sympify(got) - rest))
+    if not (coeff.is_Integer and int(coeff) > 0):
+        raise ShapeError(f"kernel {k.name}: {axis} is declared {dim_text(expr)}: the coefficient "
+                         f"of {u.name} must be a positive integer to bind it")
+    c = int(coeff)
+    if c != 1 and not env.divides(num, c, f"kernel {k.name}: {axis} = {dim_text(expr)}"):
+        raise ShapeError(f"kernel {k.name}: {axis} is declared {dim_text(expr)}, got "
+                         f"{dim_str(got)}: {dim_str(num)} is not a multiple of {c}")
+    binding[u.name], where[u.name] = floordiv(num, c) if c != 1 else num, axis
 
 
 def _out_structs(out):

@@ -35,7 +35,7 @@ class Builder:
         self.taken = taken
         self.buf: dict = {}
         for name, spec in k.params:
-            shape = tuple(binding[d] if isinstance(d, str) else d for d in spec.shape)
+            shape = spec.resolve(binding)
             bname = name
             while bname in taken:
                 bname += "_"
