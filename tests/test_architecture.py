@@ -264,6 +264,7 @@ def test_every_elementwise_primitive_renders_on_every_backend(prim):
     from relaxjax.backends.llvm import scalar_ops as llvm_ops
     from relaxjax.backends.llvm.codegen import KernelEmitter, _Fn
     from relaxjax.lax.elementwise import scalar_reference
+    assert prim.name in llvm_ops.SCALAR_OPS and prim.name in cuda_ops.SCALAR_OPS
     arg_dtypes, out_dtype, _ = _accepted_dtype(prim)
     e = tir.Op(prim.name, tuple(tir.Var(f"x{k}", d) for k, d in enumerate(arg_dtypes)), out_dtype)
     assert scalar_reference(prim.name) is not None

@@ -56,5 +56,7 @@ def result_type(*args):
 import sys as _sys  # noqa: E402
 
 from ._tracer_methods import install as _install_tracer_methods  # noqa: E402
+from ._ufunc_methods import attach as _attach_ufunc_methods  # noqa: E402
 
 _install_tracer_methods(_sys.modules[__name__])
+_attach_ufunc_methods()

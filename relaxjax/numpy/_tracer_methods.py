@@ -33,19 +33,49 @@ def _method(rnp, name: str):
             args = ((args[0],),)
         if name == "transpose" and args and not isinstance(args[0], (tuple, list)):
             args = (args,)
-        return getattr(rnp, name)(self, *args, **kwargs)
+        return getattr(rnp, name)(self, *args, **_without_out(f"{name}()", kwargs))
     m.__name__ = name
     return m
 
 
 def _array_ufunc(rnp):
     def dispatch(self, ufunc, method, *inputs, **kwargs):
-        """NumPy ufuncs on tracers dispatch to relaxjax.numpy (np.exp(x) works in @jit)."""
+        """NumPy ufuncs on tracers dispatch to relaxjax.numpy (np.exp(x) works in @jit), their
+        methods too (np.add.outer, np.add.reduce, np.maximum.accumulate)."""
         fn = getattr(rnp, ufunc.__name__, None)
-        if method != "__call__" or fn is None or kwargs:
-            return NotImplemented
-        return fn(*inputs)
+        if method != "__call__":
+            fn = getattr(fn, method, None)
+        if fn is None:
+            raise NotImplementedError(
+                f"numpy.{ufunc.__name__}{'' if method == '__call__' else '.' + method} on traced "
+                f"arrays is not supported by relaxjax.numpy")
+        return fn(*inputs, **_without_out(f"numpy.{ufunc.__name__}", kwargs))
     return dispatch
+
+
+def _array_function(rnp):
+    def dispatch(self, func, types, args, kwargs):
+        """NumPy's functions on tracers (np.sum(x), np.concatenate([x, y]) in @jit) dispatch to
+        the relaxjax.numpy function of the same name (NEP 18)."""
+        module = func.__module__ or ""
+        ns = rnp if module == "numpy" else \
+            getattr(rnp, module[len("numpy."):], None) if module.startswith("numpy.") else None
+        fn = getattr(ns, func.__name__, None)
+        if fn is None:
+            raise NotImplementedError(f"{module}.{func.__name__} on traced arrays is not supported "
+                                      f"by relaxjax.numpy")
+        return fn(*args, **_without_out(f"{module}.{func.__name__}", kwargs))
+    return dispatch
+
+
+def _without_out(what: str, kwargs: dict) -> dict:
+    """NumPy's ``out=None`` (what its wrappers pass along) means nothing here; a real ``out=``
+    cannot be honoured on traced values."""
+    out = kwargs.get("out")
+    if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+        raise TypeError(f"{what}(..., out=...) is not supported on traced arrays: use the "
+                        f"returned array")
+    return {k: v for k, v in kwargs.items() if k != "out"}
 
 
 # NumPy ufuncs that are integer arithmetic on dims (np.int64(2) * n stays a dim)
@@ -104,6 +134,7 @@ def install(rnp) -> None:
     Tracer.__invert__ = lambda a: rnp.invert(a)
     Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
     Tracer.__array_ufunc__ = _array_ufunc(rnp)
+    Tracer.__array_function__ = _array_function(rnp)
     SymbolicDim.__array_ufunc__ = _dim_array_ufunc(rnp)
     for name in _METHODS:
         if hasattr(rnp, name) or name in ("astype", "flatten"):

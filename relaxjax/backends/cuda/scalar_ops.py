@@ -91,8 +91,6 @@ renders = registrar(SCALAR_OPS)
 def render_op(e: Op, a: list) -> str:
     src, dtype = np.dtype(e.args[0].dtype), np.dtype(e.dtype)
     rule = SCALAR_OPS.get(e.name)
-    if rule is None and e.name in MATH:
-        rule = _math
     if rule is None:
         raise CudaCodegenError(f"the CUDA backend has no lowering for {e.name!r} on {src}")
     return rule(Operands(e, a, src, dtype, ctype(dtype)))
@@ -240,6 +238,10 @@ def _pow(o: Operands) -> str:
 
 def _math(o: Operands) -> str:
     return o.h(f"{libm_name(o.e.name, o.src != np.float64)}({', '.join(o.a)})")
+
+
+for _name in MATH:          # libm calls, except where an entry above says otherwise (pow)
+    SCALAR_OPS.setdefault(_name, _math)
 
 
 def convert(x: str, src, dst) -> str:

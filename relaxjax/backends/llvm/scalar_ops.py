@@ -57,8 +57,6 @@ def render_op(em, e: Op, args: list) -> str:
     ops = Operands(em, e, args, llty(e.dtype), llty(src), src, is_float(src), signed(src),
                    " reassoc" if "reassoc" in e.flags and is_float(src) else "")
     rule = SCALAR_OPS.get(name)
-    if rule is None and name in MATH:
-        rule = _math
     if rule is None:
         raise NotImplementedError(f"the LLVM backend has no lowering for {name!r} on {src}")
     return rule(ops)
@@ -215,6 +213,10 @@ def _math(o: Operands) -> str:
     sym = mathlib.libm_name(o.e.name, work)
     r = fn.val(work, f"call {work} @{sym}({', '.join(f'{work} {a}' for a in args)})")
     return fn.val("half", f"fptrunc float {r} to half") if ty == "half" else r
+
+
+for _name in MATH:          # libm calls, except where an entry above says otherwise (pow)
+    SCALAR_OPS.setdefault(_name, _math)
 
 
 def intrinsic(em, name: str, ty: str, args: list) -> str:
