@@ -598,6 +598,7 @@ class SymbolicDim:
     def __truediv__(self, o): return _as_value_op(self, o, "truediv", False)
     def __rtruediv__(self, o): return _as_value_op(self, o, "truediv", True)
     def __pow__(self, o): return _as_value_op(self, o, "pow", False)
+    def __rpow__(self, o): return _as_value_op(self, o, "pow", True)
     def __neg__(self): return wrap_dim(normalize(-self.expr), self.bounds)
     def __pos__(self): return self
 

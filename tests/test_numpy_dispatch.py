@@ -25,6 +25,8 @@ PROGRAMS = {
                                 np.multiply.accumulate(x / 8, axis=1), np.add.reduce(x, axis=None),
                                 np.minimum.accumulate(x), np.less.outer(x[0], x[0])),
     "linalg.norm": lambda x: (np.linalg.norm(x), np.linalg.norm(x, axis=1)),
+    "array methods": lambda x: (x.diagonal(), x.trace(), x.dot(x.T), x.copy() * 2, x.conj(),
+                                x.cumprod(axis=1) / 4.0 ** x.shape[1], np.ptp(x, axis=0), np.conj(x)),
 }
 
 

@@ -8,7 +8,7 @@ import numpy as _np
 from ._ufuncs import *  # noqa: F401,F403
 from ._ufuncs import abs, pow, round  # noqa: F401
 from ._reductions import (sum, prod, max, min, amax, amin, all, any, mean, var, std,  # noqa: F401
-                          argmax, argmin, cumsum, cumprod)
+                          argmax, argmin, cumsum, cumprod, ptp)
 from ._shape_ops import (reshape, ravel, transpose, permute_dims, swapaxes, moveaxis,  # noqa: F401
                          broadcast_to, broadcast_arrays, expand_dims, squeeze, atleast_1d, atleast_2d,
                          concatenate, concat, stack, hstack, vstack, tile, repeat, pad, tri, tril, triu)

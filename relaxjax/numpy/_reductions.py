@@ -137,3 +137,8 @@ def cumsum(a, axis=None, dtype=None):
 def cumprod(a, axis=None, dtype=None):
     """``numpy.cumprod``."""
     return _cumulative(lax.cumprod, "cumprod", a, axis, dtype)
+
+
+def ptp(a, axis=None, keepdims: bool = False):
+    """``numpy.ptp``: max - min (peak to peak)."""
+    return subtract(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))

@@ -18,7 +18,8 @@ from ._indexing import getitem
 
 _METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
             "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "clip",
-            "round", "take", "repeat", "cumsum", "cumprod")
+            "round", "take", "repeat", "cumsum", "cumprod", "diagonal", "trace", "dot", "nonzero",
+            "conj", "conjugate", "ptp", "copy")
 
 
 def _method(rnp, name: str):
@@ -27,6 +28,8 @@ def _method(rnp, name: str):
             return rnp.astype(self, *args, **kwargs)
         if name == "flatten":
             return rnp.ravel(self)
+        if name == "copy":              # traced values are immutable: a copy is the value
+            return self
         if name == "reshape" and args and not isinstance(args[0], (tuple, list)) and len(args) > 1:
             args = (args,)
         if name == "reshape" and len(args) == 1 and not isinstance(args[0], (tuple, list)):
@@ -137,7 +140,7 @@ def install(rnp) -> None:
     Tracer.__array_function__ = _array_function(rnp)
     SymbolicDim.__array_ufunc__ = _dim_array_ufunc(rnp)
     for name in _METHODS:
-        if hasattr(rnp, name) or name in ("astype", "flatten"):
+        if hasattr(rnp, name) or name in ("astype", "flatten", "copy"):
             setattr(Tracer, name, _method(rnp, name))
     Tracer.T = property(lambda a: rnp.transpose(a))
     Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))

@@ -160,6 +160,14 @@ greater = _comparison("greater", lax.gt)
 greater_equal = _comparison("greater_equal", lax.ge)
 
 
+def conjugate(x):
+    """Elementwise ``numpy.conjugate``: the array itself for the real dtypes relaxjax has."""
+    return _strong(arr(x))
+
+
+conj = conjugate
+
+
 def positive(x):
     """Elementwise ``numpy.positive`` (a copy with the same dtype; bool is an error, as in NumPy)."""
     x = arr(x)
