@@ -298,3 +298,31 @@ for _n, _d in (("blas.sgemm", "float32"), ("blas.dgemm", "float64")):
     register_library(_n, cpu=BUILTIN, numpy=_matmul_numpy, cuda=_matmul_cuda, num_inputs=2,
                      num_outputs=1, out_dtypes=[_d])
 del _n, _d
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in registrations: sorting along the last axis, which Legalize lowers to these
+# ---------------------------------------------------------------------------------------------
+
+def _sort_numpy(a, out):
+    out[...] = np.sort(a, axis=-1, kind="stable")
+
+
+def _argsort_numpy(a, out):
+    out[...] = np.argsort(a, axis=-1, kind="stable")
+
+
+def _sort_cuda(a, out):
+    import cupy
+    out[...] = cupy.sort(a, axis=-1)
+
+
+def _argsort_cuda(a, out):
+    import cupy
+    out[...] = cupy.argsort(a, axis=-1)
+
+
+register_library("sort", cpu=_sort_numpy, cuda=_sort_cuda, num_inputs=1, num_outputs=1,
+                 out_dtypes=lambda d: [d])
+register_library("argsort", cpu=_argsort_numpy, cuda=_argsort_cuda, num_inputs=1, num_outputs=1,
+                 out_dtypes=lambda d: [np.dtype("int64")])

@@ -240,7 +240,7 @@ _UNARY = {p.name for p in _primitives() if p.kind == "elementwise" and _arity(p)
 
 @pytest.mark.parametrize("prim", _primitives(), ids=lambda p: p.name)
 def test_every_primitive_has_a_lowering(prim):
-    from relaxjax.compile.lowering import BLAS, lowering_kind
+    from relaxjax.compile.lowering import BLAS, LIBRARY_CALLS, lowering_kind
     from relaxjax.library import lookup
     how = lowering_kind(prim.name, prim.kind)
     assert how is not None, f"{prim.name}: Legalize has no lowering for it"
@@ -251,7 +251,10 @@ def test_every_primitive_has_a_lowering(prim):
     if how == "matmul":
         for name in BLAS.values():
             impl = lookup(name)
-            assert impl._cpu is not None and impl._numpy is not None and impl._cuda is not None
+            assert impl.cpu is not None and impl.numpy is not None and impl.cuda is not None
+    if how == "library":
+        impl = lookup(LIBRARY_CALLS[prim.name])
+        assert impl.cpu is not None and impl.numpy is not None and impl.cuda is not None
 
 
 @pytest.mark.parametrize("prim", [p for p in _primitives() if p.kind == "elementwise"],

@@ -11,9 +11,9 @@ from ..library import LibraryFunc
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, lower_fused_call
-from .lowering import (BLAS, COMPUTE, HOST_OPS, Accumulator, broadcast_index, buffer_names,
-                       default_loop_kinds, elementwise_rule, lowering_kind, reduction_body,
-                       scalar_literal_expr, scan_loops)
+from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
+                       buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
+                       reduction_body, scalar_literal_expr, scan_loops)
 from .passes import Pass
 
 __all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
@@ -49,7 +49,7 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     rank = len(out_type.shape)
     extents = [from_sympy(d) for d in out_type.shape]
     how = lowering_kind(name, b.callee.kind)
-    if how is None or how == "host":
+    if how in (None, "host", "library"):
         raise NotImplementedError(f"primitive {name} has no loop-level lowering")
     if how == "reduction":
         axes = b.params["axes"] if "axes" in b.params else (b.params["axis"],)
@@ -99,11 +99,15 @@ def _matmul_loops(buffers, ob, in_types, out_type, taken) -> "tir.Stmt":
 
 def lower_binding(b: Binding, name_id: int = 0) -> Binding:
     """The binding as a call_tir or call_library, or unchanged for host operations."""
-    if b.kind != "primitive" or lowering_kind(b.callee.name, b.callee.kind) == "host":
+    if b.kind != "primitive":
         return b
-    if lowering_kind(b.callee.name, b.callee.kind) == "matmul" and b.outvars[0].type.dtype in BLAS:
-        lib = LibraryFunc(BLAS[b.outvars[0].type.dtype])
-        return Binding(b.outvars, lib, list(b.args), {}, b.source)
+    how = lowering_kind(b.callee.name, b.callee.kind)
+    if how == "host":
+        return b
+    if how == "matmul" and b.outvars[0].type.dtype in BLAS:
+        return Binding(b.outvars, LibraryFunc(BLAS[b.outvars[0].type.dtype]), list(b.args), {}, b.source)
+    if how == "library":
+        return Binding(b.outvars, LibraryFunc(LIBRARY_CALLS[b.callee.name]), list(b.args), {}, b.source)
     fn, args = primfunc_for(b, name_id)
     tir.verify_primfunc(fn)
     return Binding(b.outvars, fn, args, {}, b.source)

@@ -33,6 +33,8 @@ BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}
 
 Reader = Callable[[list], Expr]
 ARG_REDUCTIONS = ("argmax", "argmin")
+# primitives that are library calls: primitive -> registered library function
+LIBRARY_CALLS = {"sort": "sort", "argsort": "argsort"}
 # running reductions along an axis -> the reduction whose accumulator they keep
 SCANS = {"cumsum": "reduce_sum", "cumprod": "reduce_prod", "cummax": "reduce_max",
          "cummin": "reduce_min"}
@@ -49,6 +51,7 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
     * "reduction": an accumulator loop (``REDUCERS`` / arg reductions);
     * "scan": an accumulator loop along one axis storing every step (``SCANS``);
     * "matmul": a BLAS library call for float32/float64, loops otherwise;
+    * "library": a call of the library function ``LIBRARY_CALLS`` names (sorting);
     * None: no lowering (a primitive added without one).
     """
     if name in HOST_OPS:
@@ -57,6 +60,8 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
         return "matmul"
     if name in SCANS:
         return "scan"
+    if name in LIBRARY_CALLS:
+        return "library"
     if fusion_kind == "reduction":
         return "reduction" if name in REDUCERS or name in ARG_REDUCTIONS else None
     if name in COMPUTE:

@@ -7,4 +7,5 @@ from .reduction import (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_
 from .structural import reshape, transpose, broadcast_to, concatenate, slice, pad, iota  # noqa: F401
 from .indexing import take, take_along_axis, nonzero, boolean_mask, match_cast  # noqa: F401
 from .linalg import matmul  # noqa: F401
+from .sorting import sort, argsort  # noqa: F401
 from ..core import PRIMITIVES, Primitive, bind  # noqa: F401

@@ -16,6 +16,7 @@ from ._indexing import (take, take_along_axis, nonzero, argwhere, where, split, 
                         array_split, flip, fliplr, flipud, diff)
 from ._linalg import matmul, dot, vdot, inner, outer, tensordot, einsum  # noqa: F401
 from ._matrix import diagonal, diag, trace, roll, cov, corrcoef  # noqa: F401
+from ._sorting import sort, argsort  # noqa: F401
 from ._creation import (full, zeros, ones, empty, full_like, zeros_like, ones_like,  # noqa: F401
                         empty_like, arange, eye, identity, array, asarray)
 from . import linalg  # noqa: F401  (rnp.linalg: library calls, see relaxjax.library)

@@ -19,7 +19,7 @@ from ._indexing import getitem
 _METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
             "all", "var", "std", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "clip",
             "round", "take", "repeat", "cumsum", "cumprod", "diagonal", "trace", "dot", "nonzero",
-            "conj", "conjugate", "ptp", "copy")
+            "conj", "conjugate", "ptp", "copy", "argsort")
 
 
 def _method(rnp, name: str):
