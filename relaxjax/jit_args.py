@@ -79,8 +79,8 @@ class Leaf:
         a = self.value if on_device(self.value) else np.asarray(self.value)
         dims = []
         for ax, n in enumerate(a.shape):
-            if n in (0, 1):
-                dims.append(n)                          # sizes 0 and 1 are specialized
+            if n == 0:
+                dims.append(n)                          # size 0 is specialized
                 continue
             base = self.ident if not self.ident[-1].isdigit() else self.ident + "_"
             nm, k = f"{base}{ax}", 0
@@ -89,7 +89,7 @@ class Leaf:
                 nm = f"{base}{ax}_{k}"
             taken.add(nm)
             s = symbol(nm)
-            env.declare(s, 2, INF, value=n)
+            env.declare(s, 1, INF, value=n)
             dims.append(s)
         return TensorType(tuple(dims), a.dtype)
 
@@ -213,7 +213,7 @@ class CallArgs:
         if l.kind == "scalar":
             return ("scalar", type(l.value))
         a = l.value
-        return (a.dtype, tuple(n if n < 2 else -1 for n in np.shape(a)), on_device(a))
+        return (a.dtype, tuple(n if n < 1 else -1 for n in np.shape(a)), on_device(a))
 
     def arrays(self) -> list:
         out = []

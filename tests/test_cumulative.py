@@ -70,7 +70,7 @@ def test_diff(data):
 
 def test_cumsum_compiles_once_across_sizes():
     f = rj.jit(lambda x: rnp.cumsum(x, axis=0) + rnp.cumsum(x, axis=1))
-    for n in (2, 3, 17, 257, 4099):      # size 1 is specialized in automatic mode (for now)
+    for n in (1, 2, 3, 17, 257, 4099):
         x = np.random.default_rng(n).standard_normal((n, 5))
         assert_same(f(x), np.cumsum(x, axis=0) + np.cumsum(x, axis=1))
     assert f.cache_info().compiles == 1

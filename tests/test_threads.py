@@ -63,7 +63,7 @@ def _hammer(f, shapes_for_thread, dtype, rtol, atol):
     return errors
 
 
-# mixed shapes: sizes 1 (specialized in automatic mode), small, and some large enough for the
+# mixed shapes: sizes 1, small, and some large enough for the
 # parallel (OpenMP) path and the output pool (kernels touching >= 131072 elements, >= 256 KiB results)
 SIZES = [(1, 3, 4), (2, 3, 4), (5, 7, 3), (17, 8, 16), (64, 16, 33), (2100, 8, 64), (1, 1, 1), (3, 1, 5)]
 

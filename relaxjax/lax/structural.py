@@ -11,7 +11,7 @@ import numpy as np
 from ..core import Primitive
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
-from .util import same_dtype
+from .util import one_if_guarded, same_dtype
 
 
 def _shape_str(s) -> str:
@@ -50,6 +50,8 @@ def _broadcast_to_shape(env, x, *, shape):
                          f"rank {_shape_str(shape)}")
     lead = len(shape) - x.ndim
     for i, d in enumerate(x.shape):
+        if env.try_prove("==", d, shape[lead + i]) is not True:
+            d = one_if_guarded(env, d)          # automatic mode: a symbolic 1 broadcasts
         if isinstance(d, int) and d == 1:
             continue
         env.require_eq(d, shape[lead + i], f"broadcast_to {_shape_str(x.shape)} -> {_shape_str(shape)}, "

@@ -10,16 +10,21 @@ from ..shapes import Dim, ShapeEnv, dim_str, free_symbols
 
 
 def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple:
-    """NumPy broadcasting: a dim broadcasts only against 1 or an expression proved equal."""
+    """NumPy broadcasting: a dim broadcasts only against 1 or an expression proved equal.  In
+    automatic mode two dims equal in this trace get a guard (``n == m``); a symbolic dim
+    that is 1 here broadcasts, with a guard ``n == 1``."""
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for ax in range(ndim):
         dims = [s[len(s) - ndim + ax] for s in shapes if len(s) - ndim + ax >= 0]
-        res: Dim = 1
+        res: Dim | None = None
         for d in dims:
-            if not isinstance(d, int) and not isinstance(res, int) or isinstance(res, int) and res != 1:
-                if env.try_prove("==", res, d) is not True:
-                    d, res = _one_if_guarded(env, d), _one_if_guarded(env, res)
+            if res is None:
+                res = d
+                continue
+            if not (isinstance(d, int) and isinstance(res, int)) and \
+                    env.try_prove("==", res, d) is not True and not _equal_here(env, res, d):
+                d, res = one_if_guarded(env, d), one_if_guarded(env, res)
             if isinstance(d, int) and d == 1:
                 continue
             if isinstance(res, int) and res == 1:
@@ -27,11 +32,18 @@ def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple
             else:
                 res = env.require_eq(res, d, f"{what}: operands cannot be broadcast together on axis "
                                                f"{ax - ndim} ({', '.join(_fmt(s) for s in shapes)})")
-        out.append(res)
+        out.append(1 if res is None else res)
     return tuple(out)
 
 
-def _one_if_guarded(env: ShapeEnv, d: Dim) -> Dim:
+def _equal_here(env: ShapeEnv, a: Dim, b: Dim) -> bool:
+    """Both symbolic and equal in this (automatic) trace: ``require_eq`` guards them equal,
+    keeping them symbolic, rather than specializing both to 1."""
+    return (env.mode == "auto" and not isinstance(a, int) and not isinstance(b, int) and
+            env._concrete_ok(a, b) and env.evaluate(a) == env.evaluate(b))
+
+
+def one_if_guarded(env: ShapeEnv, d: Dim) -> Dim:
     """In automatic mode a derived dim (``n - 1``, ``(n + 1) // 2``) that is 1 in this trace
     broadcasts as NumPy would.  Its symbols are specialized to their values (guards
     ``n == 2``), so that every type and later proof sees the 1.  Otherwise ``d`` unchanged."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import string
 
 from .. import lax
+from ..lax.util import broadcast_shapes
 from ..shapes import prod as dim_prod
 from ._base import arr, dtype_of, env, promote, shape
 from ._reductions import sum as rsum
@@ -97,15 +98,14 @@ def einsum(subscripts: str, *operands):
     for s, x in zip(ins, ops):
         if len(s) != len(shape(x)):
             raise ValueError(f"einsum: operand {s!r} has rank {len(shape(x))}")
-    # a dim of size 1 broadcasts against the other operands' size for its index (as in NumPy)
+    # a dim of size 1 broadcasts against the other operands' size for its index (as in NumPy;
+    # in automatic mode a symbolic dim that is 1 here too, behind a guard)
+    dims_of: dict = {}
     for s, x in zip(ins, ops):
         for c, d in zip(s, shape(x)):
-            if isinstance(d, int) and d == 1:
-                continue
-            sizes[c] = d if c not in sizes else env().require_eq(sizes[c], d, f"einsum index {c!r}")
-    for s, x in zip(ins, ops):
-        for c, d in zip(s, shape(x)):
-            sizes.setdefault(c, d)
+            dims_of.setdefault(c, []).append(d)
+    for c, ds in dims_of.items():
+        (sizes[c],) = broadcast_shapes(env(), [(d,) for d in ds], f"einsum index {c!r}")
     wants = [tuple(sizes[c] for c in s) for s in ins]
     ops = [x if tuple(shape(x)) == w else broadcast_to(x, w) for x, w in zip(ops, wants)]
     cur, cs = ops[0], ins[0]

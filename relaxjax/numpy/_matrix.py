@@ -12,7 +12,7 @@ from ._base import arr, cast, dtype_of, shape
 from ._indexing import take
 from ._linalg import matmul
 from ._reductions import mean, sum as rsum
-from ._shape_ops import atleast_2d, concatenate, moveaxis, reshape, swapaxes
+from ._shape_ops import atleast_2d, concatenate, moveaxis, reshape, squeeze, swapaxes
 from ._ufuncs import (add, clip, equal, multiply, remainder, sqrt, subtract, true_divide,
                       where_values)
 
@@ -110,10 +110,7 @@ def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None):
     c = matmul(centered, swapaxes(centered, 0, 1))
     denom = cast(wrap_dim(dmax(n_obs - int(ddof), 0)), out_dt)
     c = true_divide(c, denom)
-    rows = shape(c)[0]
-    # NumPy squeezes: one variable gives a 0-d result (a symbolic count of variables is
-    # never 1 unless a guard or a bound says so)
-    return reshape(c, ()) if isinstance(rows, int) and rows == 1 else c
+    return squeeze(c)              # as NumPy: one variable gives a 0-d result
 
 
 def corrcoef(x, y=None, rowvar: bool = True):

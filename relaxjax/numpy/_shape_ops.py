@@ -131,12 +131,17 @@ def expand_dims(a, axis):
 
 
 def squeeze(a, axis=None):
-    """``numpy.squeeze``.  Without ``axis``, only dims known to be 1 are removed (a symbolic dim
-    that happens to be 1 at run time stays, as in JAX)."""
+    """``numpy.squeeze``.  Without ``axis``: dims known to be 1, and in automatic mode the
+    symbolic dims that are 1 in this trace (behind a guard)."""
     a = arr(a)
     s = shape(a)
     if axis is None:
-        axes = [i for i, d in enumerate(s) if isinstance(d, int) and d == 1]
+        e = env()
+        # automatic mode: a symbolic dim that is 1 in this trace goes too (guarded n == 1),
+        # as NumPy would; explicit signatures keep their symbolic dims (as in JAX)
+        axes = [i for i, d in enumerate(s) if isinstance(d, int) and d == 1 or
+                not isinstance(d, int) and e.mode == "auto" and e.try_prove("==", d, 1) is None and
+                e._concrete_ok(d, 1) and e.decide("==", d, 1, f"squeeze axis {i}")]
     else:
         axes = [normalize_axis(x, len(s)) for x in (axis if isinstance(axis, (tuple, list)) else (axis,))]
         for i in axes:
