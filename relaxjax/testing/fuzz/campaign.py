@@ -13,7 +13,7 @@ from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
 from .._core import arrays_for
-from .check import Failure, check_program
+from .check import Failure, check_program, difference_kind
 from .generate import programs
 from .minimize import minimize, reproducer
 
@@ -64,7 +64,7 @@ def _signature_of(f: Failure) -> str:
     cause = f.__cause__
     head = f"{type(cause).__name__}" if cause is not None else "Failure"
     if type(cause) is AssertionError:
-        head += ":" + ("dtype" if "dtype" in str(cause) else "shape" if "shape" in str(cause) else "values")
+        head += ":" + difference_kind(cause)
     else:
         head += ":" + str(cause).split("\n")[0][:80]
     kinds = ",".join(sorted({op.kind for op in f.program.ops}))

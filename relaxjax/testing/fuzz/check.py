@@ -25,6 +25,12 @@ def tolerance_for(prog: Program, dtype) -> dict:
     return dict(rtol=1e-7, atol=1e-8)
 
 
+def difference_kind(e: AssertionError) -> str:
+    """What a difference from NumPy is in: ``"dtype"``, ``"shape"`` or ``"values"`` (read from
+    the message of :func:`assert_tree_close`)."""
+    return "dtype" if "dtype" in str(e) else "shape" if "shape" in str(e) else "values"
+
+
 class Failure(AssertionError):
     def __init__(self, message, program, inputs, dims, backend, mode):
         super().__init__(message)

@@ -10,7 +10,7 @@ import sympy
 from hypothesis import strategies as st
 
 from ...shapes import INF, floordiv, interval, symbol
-from .program import DIM_NAMES, LIMIT, Op, Program, same_dim
+from .program import DIM_NAMES, LIMIT, Op, Program, dim_bounds, same_dim, same_shape, used_dims
 
 
 @dataclass
@@ -100,12 +100,10 @@ class _Gen:
     def __init__(self, draw, dims, probe_dims, max_side=8):
         self.draw = draw
         self.max_side = max_side
-        self.dims = dims
-        self.bounds = {symbol(n): (lo, hi) for n, lo, hi in dims}
+        self.bounds = dim_bounds(dims)
         self.probe_dims = probe_dims            # symbol -> int
         self.vals: list[_Val] = []
         self.ops: list[Op] = []
-        self.n_inputs = 0
 
     # -- helpers ---------------------------------------------------------------------------
     def lo(self, d) -> int:
@@ -427,8 +425,7 @@ class _Gen:
         a = self.vals[i]
         r = len(a.shape)
         if self.draw(st.integers(0, 3)) == 0:      # stack: equal shapes
-            same = [j for j, v in enumerate(self.vals) if len(v.shape) == r and
-                    all(same_dim(x, y) for x, y in zip(v.shape, a.shape))]
+            same = [j for j, v in enumerate(self.vals) if same_shape(v.shape, a.shape)]
             j = self.pick(same)
             ax = self.draw(st.integers(0, r))
             shape = a.shape[:ax] + (2,) + a.shape[ax:]
@@ -539,12 +536,7 @@ def programs(draw, min_ops: int = 1, max_ops: int = 30, float_only: bool = False
         inputs.append((tuple(shape), dtype))
     if float_only:
         inputs = [(s, "float64" if dt in ("int64", "int32", "bool") else dt) for s, dt in inputs]
-    used = set()
-    for shp, _ in inputs:
-        for d in shp:
-            used |= getattr(d, "free_symbols", set())
-    dims = [(n, lo, hi) for n, lo, hi in dims if symbol(n) in used]
-    g.dims = dims
+    dims = used_dims(dims, inputs)
     for shp, dt in inputs:
         probe_shape = tuple(g.ev(d) for d in shp)
         if dt == "bool":
@@ -554,7 +546,6 @@ def programs(draw, min_ops: int = 1, max_ops: int = 30, float_only: bool = False
         else:
             probe = rng.uniform(-4, 4, probe_shape).astype(dt)
         g.vals.append(_Val(shp, np.dtype(dt), 8.0, probe))
-    g.n_inputs = len(inputs)
     if not any(v.dtype.kind in "fi" for v in g.vals):
         g.emit("cast", [0], "{0}.astype(xp.float64)", g.vals[0].shape, 1.0)
     n_ops = draw(st.integers(min_ops, max_ops))

@@ -8,8 +8,8 @@ import time
 import numpy as np
 
 from ...shapes import symbol
-from .check import Failure, check_program, low_precision, tolerance_for
-from .program import Op, Program, same_dim
+from .check import Failure, check_program, difference_kind, low_precision, tolerance_for
+from .program import Op, Program, same_shape, used_dims
 
 
 def _rebuild(prog: Program, outputs: list, subst: dict | None = None) -> tuple:
@@ -36,11 +36,7 @@ def _rebuild(prog: Program, outputs: list, subst: dict | None = None) -> tuple:
     ops = [Op(prog.ops[v - k].kind, tuple(new_id[res(a)] for a in prog.ops[v - k].args),
               prog.ops[v - k].template, prog.ops[v - k].shape, prog.ops[v - k].dtype) for v in keep_ops]
     inputs = [prog.inputs[i] for i in keep_in]
-    used = set()
-    for shp, _ in inputs:
-        for d in shp:
-            used |= getattr(d, "free_symbols", set())
-    dims = [(n, lo, hi) for n, lo, hi in prog.dims if symbol(n) in used]
+    dims = used_dims(prog.dims, inputs)
     outs = []
     for o in outputs:
         if new_id[res(o)] not in outs:
@@ -51,8 +47,7 @@ def _rebuild(prog: Program, outputs: list, subst: dict | None = None) -> tuple:
 def _kind_of(f: Failure) -> tuple:
     c = f.__cause__
     if type(c) is AssertionError:
-        what = "dtype" if "dtype" in str(c) else "shape" if "shape" in str(c) else "values"
-        return (f.backend, f.mode, "differs", what)
+        return (f.backend, f.mode, "differs", difference_kind(c))
     return (f.backend, f.mode, type(c).__name__)
 
 
@@ -105,7 +100,7 @@ def minimize(f: Failure, budget_s: float = 120.0) -> Failure:
                 src = prog.ops[a - k] if a >= k else None
                 shp = src.shape if src else prog.inputs[a][0]
                 dt = src.dtype if src else prog.inputs[a][1]
-                if dt == op.dtype and len(shp) == len(op.shape) and all(same_dim(x, y) for x, y in zip(shp, op.shape)):
+                if dt == op.dtype and same_shape(shp, op.shape):
                     cand, keep = _rebuild(prog, prog.outputs, {v: a})
                     if attempt(cand, keep):
                         changed = True

@@ -40,7 +40,7 @@ class Program:
                      for shp, dt in self.inputs)
 
     def bounds(self) -> dict:
-        return {symbol(n): (lo, hi) for n, lo, hi in self.dims}
+        return dim_bounds(self.dims)
 
     def body(self) -> str:
         names = self.names()
@@ -72,6 +72,11 @@ class Program:
         return self.signature_source() + "\n\n" + self.body()
 
 
+def dim_bounds(dims: list) -> dict:
+    """``{symbol: (lo, hi)}`` for dims ``[(name, lo, hi)]``."""
+    return {symbol(n): (lo, hi) for n, lo, hi in dims}
+
+
 def _type_str(dtype, shape) -> str:
     return f"{dtype}[{', '.join(dim_str(d) for d in shape)}]"
 
@@ -87,3 +92,18 @@ def same_dim(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return sympy.expand(sympy.sympify(a) - b) == 0
+
+
+def same_shape(a: tuple, b: tuple) -> bool:
+    """Two shapes are provably equal, dim by dim."""
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
+
+
+def used_dims(dims: list, inputs: list) -> list:
+    """The dims ``(name, lo, hi)`` that some input's shape mentions (no argument could bind
+    the others)."""
+    used = set()
+    for shp, _ in inputs:
+        for d in shp:
+            used |= getattr(d, "free_symbols", set())
+    return [(n, lo, hi) for n, lo, hi in dims if symbol(n) in used]
