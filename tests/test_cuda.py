@@ -111,6 +111,10 @@ def _corpus() -> list:
         Program("cumsum", lambda x: rnp.cumsum(x, axis=0) + rnp.cumsum(x, axis=1), (S((n, m), f32),),
                 tol=dict(rtol=1e-4, atol=1e-4)),
         Program("cumprod", lambda x: rnp.cumprod(x, axis=1), (S((n, m), f64),), -1, 1),
+        Program("dynamic slice, update", lambda x, i: (
+                    rj.lax.dynamic_slice(x, (i, 0), (1, x.shape[1])),
+                    rj.lax.dynamic_update_slice(x, x[:1] * 2.0, (i, i))),
+                (S((n, m), f32), S((), "int32")), 0, 4),
         Program("sort, argsort", lambda x: (rnp.sort(x, axis=0), rnp.argsort(x, axis=1)),
                 (S((n, m), f32),)),
         Program("cummax, cummin", lambda x: (rj.lax.cummax.bind(x, axis=1), rj.lax.cummin.bind(x, axis=0)),

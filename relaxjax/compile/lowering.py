@@ -215,6 +215,35 @@ def _take_along_axis(name, idx, reads, in_types, out_type, *, axis):
     return reads[0](xi)
 
 
+def _clamped_start(read, size, dim) -> Expr:
+    """A dynamic start index (a scalar operand) clamped to ``[0, dim - size]``."""
+    s = read([])
+    if s.dtype != INDEX:
+        s = op("convert", s, dtype=INDEX)
+    return op("max", op("min", s, from_sympy(dim) - from_sympy(size)), 0)
+
+
+@compute_rule("dynamic_slice")
+def _dynamic_slice(name, idx, reads, in_types, out_type, *, sizes):
+    x = in_types[0]
+    starts = [_clamped_start(r, m, d) for r, m, d in zip(reads[1:], sizes, x.shape)]
+    return reads[0]([s + i for s, i in zip(starts, idx)])
+
+
+@compute_rule("dynamic_update_slice")
+def _dynamic_update_slice(name, idx, reads, in_types, out_type):
+    x, update = in_types[0], in_types[1]
+    starts = [_clamped_start(r, m, d) for r, m, d in zip(reads[2:], update.shape, x.shape)]
+    inside = None
+    for i, s, m in zip(idx, starts, update.shape):
+        c = op("and", op("ge", i, s), op("lt", i, s + from_sympy(m)))
+        inside = c if inside is None else op("and", inside, c)
+    if inside is None:                               # 0-d: the update is the result
+        return reads[1]([])
+    return op("if_then_else", inside, reads[1]([i - s for i, s in zip(idx, starts)]),
+              reads[0](idx), dtype=out_type.dtype)
+
+
 # ---------------------------------------------------------------------------------------
 # Reductions: (init, combine) over the reduced axes, accumulated in a local
 # ---------------------------------------------------------------------------------------

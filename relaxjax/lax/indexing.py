@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..core import Primitive
 from ..errors import ShapeError
-from ..shapes import dim_str
+from ..shapes import as_dim, dim_str
 from .util import broadcast_shapes
 
 
@@ -88,3 +88,83 @@ def _match_cast_impl(x, *, shape):
 
 match_cast = Primitive("match_cast", shape_rule=_match_cast_shape, dtype_rule=lambda x, **p: x.dtype,
                        impl=_match_cast_impl, kind="data_dependent", weak_rule=lambda x, **p: x.weak)
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic slices: start indices are values (traced scalars), clamped into range as JAX does
+# ---------------------------------------------------------------------------------------
+
+def _check_starts(x, starts, what):
+    if len(starts) != x.ndim:
+        raise ShapeError(f"{what}: {len(starts)} start indices for an array of rank {x.ndim}")
+    for k, s in enumerate(starts):
+        if s.ndim != 0 or not dt.is_int(s.dtype):
+            raise TypeError(f"{what}: start index {k} must be an integer scalar, got {s}")
+
+
+def _within(env, small, big, what):
+    """Every dim of ``small`` at most the matching dim of ``big`` (proved, or guarded)."""
+    for k, (a, b) in enumerate(zip(small, big)):
+        if not env.decide("<=", a, b, f"{what} axis {k}"):
+            raise ShapeError(f"{what}: size {dim_str(a)} on axis {k} exceeds the array's "
+                             f"{dim_str(b)}")
+
+
+def _clamped(starts, sizes, shape):
+    return [min(max(int(s), 0), int(n) - int(m)) for s, m, n in zip(starts, sizes, shape)]
+
+
+def _dynamic_slice_shape(env, x, *starts, sizes):
+    _check_starts(x, starts, "dynamic_slice")
+    _within(env, sizes, x.shape, "dynamic_slice")
+    return tuple(sizes)
+
+
+def _dynamic_slice_impl(x, *starts, sizes):
+    lo = _clamped(starts, sizes, x.shape)
+    return x[tuple(slice(s, s + int(m)) for s, m in zip(lo, sizes))]
+
+
+dynamic_slice_p = Primitive("dynamic_slice", shape_rule=_dynamic_slice_shape,
+                            dtype_rule=lambda x, *s, sizes: x.dtype, impl=_dynamic_slice_impl,
+                            kind="injective")
+
+
+def _dynamic_update_shape(env, x, update, *starts):
+    _check_starts(x, starts, "dynamic_update_slice")
+    if update.ndim != x.ndim:
+        raise ShapeError(f"dynamic_update_slice: update of rank {update.ndim} for an array of "
+                         f"rank {x.ndim}")
+    _within(env, update.shape, x.shape, "dynamic_update_slice")
+    return x.shape
+
+
+def _dynamic_update_dtype(x, update, *starts):
+    if update.dtype != x.dtype:
+        raise TypeError(f"dynamic_update_slice: update has dtype {update.dtype}, the array {x.dtype}")
+    return x.dtype
+
+
+def _dynamic_update_impl(x, update, *starts):
+    lo = _clamped(starts, update.shape, x.shape)
+    out = x.copy()
+    out[tuple(slice(s, s + m) for s, m in zip(lo, update.shape))] = update
+    return out
+
+
+dynamic_update_slice_p = Primitive("dynamic_update_slice", shape_rule=_dynamic_update_shape,
+                                   dtype_rule=_dynamic_update_dtype, impl=_dynamic_update_impl,
+                                   kind="injective")
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    """``jax.lax.dynamic_slice``: ``operand[s0:s0 + n0, ...]`` with start indices that may be
+    traced scalars; a start is clamped so the slice stays inside the array."""
+    sizes = tuple(as_dim(m, "dynamic_slice slice size") for m in slice_sizes)
+    return dynamic_slice_p.bind(operand, *start_indices, sizes=sizes)
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    """``jax.lax.dynamic_update_slice``: ``operand`` with ``update`` written at the (clamped)
+    start indices, as a new array."""
+    return dynamic_update_slice_p.bind(operand, update, *start_indices)
