@@ -26,7 +26,7 @@ from relaxjax.lax.tir_interp import compile_primfunc, run_primfunc
 from relaxjax import tir
 from relaxjax.compile.fuse import fuse_ops
 from relaxjax.compile.legalize import HOST_OPS, legalize
-from relaxjax.compile.passes import Pass, dead_code_elimination
+from relaxjax.compile import Pass, dead_code_elimination
 from relaxjax.compile.verify import verify
 from relaxjax.errors import ShapeError
 from relaxjax.ir import Binding, Function, IRModule, Var

@@ -17,7 +17,8 @@ results, as they do for a traced function that returns a constant.
 from __future__ import annotations
 
 from ...ir import IRModule
-from ..passes import Pass, dead_code_elimination, run_pipeline
+from ..dce import dead_code_elimination
+from ..passes import Pass, run_pipeline
 from .algebra import simplify_algebra
 from .common import relink, substitute_vars
 from .cse import eliminate_common_subexpr

@@ -9,7 +9,7 @@ import sympy
 
 from ...ir import Binding, Function, IRModule, Literal, Var
 from ...shapes import INF, ShapeEnv, is_symbolic
-from ..passes import EFFECTFUL
+from ..dce import EFFECTFUL
 
 
 def resolve(mapping: dict, a: Any) -> Any:
