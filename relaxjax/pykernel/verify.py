@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sympy
 
-from ..tir import Assign, For, If, Load, Local, Op, Store, expr_str, to_sympy
-from ..tir.visit import StmtVisitor
+from ..tir import Assign, For, If, Load, Local, Store, expr_str, to_sympy
+from ..tir.visit import StmtVisitor, walk_expr_guarded
 from ..errors import ShapeError
 from ..shapes import ShapeEnv, dim_str, normalize, symbol
 
@@ -51,8 +51,8 @@ class _Checker(StmtVisitor):
         self.guarded = False              # under an if: accesses may be guarded
 
     def visit_For(self, s: For) -> None:
-        self.expr(s.start, self.guarded)
-        self.expr(s.extent, self.guarded)
+        self.expr(s.start)
+        self.expr(s.extent)
         sym = sympy.Symbol(f"_loop_{s.var.name}", integer=True)
         lo = _to_sympy(s.start, self.loops, self.dims)
         hi = _to_sympy(s.extent, self.loops, self.dims)
@@ -63,32 +63,31 @@ class _Checker(StmtVisitor):
         del self.loops[s.var.name]
 
     def visit_If(self, s: If) -> None:
-        self.expr(s.cond, self.guarded)
+        self.expr(s.cond)
         outer, self.guarded = self.guarded, True
         self.generic_visit(s)
         self.guarded = outer
 
     def visit_Store(self, s: Store) -> None:
+        for i in s.index:
+            self.expr(i)
         self.access(s, s.buffer, s.index, self.guarded)
-        self.expr(s.value, self.guarded)
+        self.expr(s.value)
 
     def visit_Local(self, s: Local) -> None:
-        self.expr(s.init, self.guarded)
+        self.expr(s.init)
 
     def visit_Assign(self, s: Assign) -> None:
-        self.expr(s.value, self.guarded)
+        self.expr(s.value)
 
-    def expr(self, e, guarded: bool) -> None:
-        if isinstance(e, Load):
-            self.access(e, e.buffer, e.index, guarded)
-        elif isinstance(e, Op):
-            lazy = e.name == "if_then_else"
-            for k, a in enumerate(e.args):
-                self.expr(a, guarded or (lazy and k > 0))
+    def expr(self, e) -> None:
+        """Check every load in ``e`` (its indices' loads included)."""
+        for x, lazy in walk_expr_guarded(e):
+            if isinstance(x, Load):
+                self.access(x, x.buffer, x.index, self.guarded or lazy)
 
     def access(self, node, buf, index, guarded: bool) -> None:
-        for i in index:
-            self.expr(i, guarded)
+        """Fail on ``buf[index]`` if it is out of bounds whenever it runs (not ``guarded``)."""
         if guarded:
             return
         loop_syms = {s for s, _, _ in self.ranges}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .nodes import (Assign, Const, Expr, For, Load, Local, PrimFunc, Seq, Store, Var, expr_str,
-                    from_sympy)
-from .visit import map_expr, stmt_children, walk, walk_expr, walk_stmts
+from .nodes import (Assign, Const, Expr, For, Load, Local, PrimFunc, Seq, Stmt, Store, Var,
+                    expr_str, from_sympy)
+from .visit import loads, map_expr, walk, walk_stmts, walk_stmts_scoped
 
 
 def perfect_nest(f: PrimFunc):
@@ -36,7 +36,7 @@ def perfect_nest(f: PrimFunc):
     if [expr_str(lp.extent) for lp in loops] != [expr_str(from_sympy(d)) for d in out.shape]:
         return None
     inputs = {id(b) for b in f.inputs}
-    ok = all(id(x.buffer) in inputs for x in walk_expr(s.value) if isinstance(x, Load))
+    ok = all(id(x.buffer) in inputs for x in loads(s))        # its index is the loop vars
     return ([lp.var for lp in loops], s) if ok else None
 
 
@@ -54,7 +54,7 @@ def classify_primfunc(f: PrimFunc) -> str:
         out_shape = [expr_str(from_sympy(d)) for d in store.buffer.shape]
         same = all([expr_str(i) for i in x.index] == names and
                    [expr_str(from_sympy(d)) for d in x.buffer.shape] == out_shape
-                   for x in walk_expr(store.value) if isinstance(x, Load))
+                   for x in loads(store))
         return "elementwise" if same else "injective"
     return "reduction" if _has_reduction(f.body) else "opaque"
 
@@ -84,28 +84,22 @@ def inline_primfunc(f: PrimFunc, idx: list, reads: list[Callable], dims: dict) -
 # Loop independence
 # ---------------------------------------------------------------------------------------
 
-def _accesses(s, out: dict, declared: set, assigned: set, written: set) -> None:
-    """Collect, under statement ``s``: buffer accesses (id -> [index]), locals declared and
-    assigned, buffers written."""
-    for x in walk(s):
-        if isinstance(x, Load):
-            out.setdefault(id(x.buffer), []).append(x.index)
-        elif isinstance(x, Store):
-            written.add(id(x.buffer))
-            out.setdefault(id(x.buffer), []).append(x.index)
-        elif isinstance(x, Local):
-            declared.add(x.var.name)
-        elif isinstance(x, Assign):
-            assigned.add(x.var.name)
-
-
 def loop_is_independent(loop: For) -> bool:
     """Iterations of ``loop`` can run in any order (or at once): no local scalar declared
     outside the loop is assigned inside it, and for every buffer the loop writes there is
     an axis that every access to that buffer inside the loop indexes with the loop
     variable itself -- so each iteration reads and writes its own slice."""
-    accesses, declared, assigned, written = {}, set(), set(), set()
-    _accesses(loop.body, accesses, declared, assigned, written)
+    accesses: dict = {}                   # buffer id -> the indices it is accessed at
+    declared, assigned, written = set(), set(), set()
+    for x in walk(loop.body):
+        if isinstance(x, (Load, Store)):
+            accesses.setdefault(id(x.buffer), []).append(x.index)
+            if isinstance(x, Store):
+                written.add(id(x.buffer))
+        elif isinstance(x, Local):
+            declared.add(x.var.name)
+        elif isinstance(x, Assign):
+            assigned.add(x.var.name)
     if assigned - declared:
         return False
     v = loop.var.name
@@ -122,18 +116,14 @@ def _has_loop(s) -> bool:
     return any(isinstance(x, For) for x in walk_stmts(s))
 
 
-def mark_loop_kinds(body, nested: bool = False):
+def mark_loop_kinds(body: Stmt) -> Stmt:
     """Set the kind of every serial loop in ``body`` (in place; returns ``body``): an
     independent loop (``loop_is_independent``) is "parallel" when no loop encloses it,
     else "vectorized" when it is innermost; every other loop stays "serial"."""
-    if isinstance(body, For):
-        mark_loop_kinds(body.body, True)
-        if body.kind == "serial" and loop_is_independent(body):
-            if not nested:
-                body.kind = "parallel"
-            elif not _has_loop(body.body):
-                body.kind = "vectorized"
-    else:
-        for x in stmt_children(body):
-            mark_loop_kinds(x, nested)
+    for s, enclosing in walk_stmts_scoped(body):
+        if isinstance(s, For) and s.kind == "serial" and loop_is_independent(s):
+            if not enclosing:
+                s.kind = "parallel"
+            elif not _has_loop(s.body):
+                s.kind = "vectorized"
     return body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .nodes import (BOOL, INDEX, LOOP_KINDS, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq,
                     Store, Var)
+from .visit import walk_expr
 
 
 class TIRError(Exception):
@@ -22,22 +23,18 @@ def verify_primfunc(f: PrimFunc) -> None:
         raise TIRError(f"{f.name}: {msg}")
 
     def check_expr(e):
-        if isinstance(e, Const):
-            return
-        if isinstance(e, Var):
-            if e.name not in scope:
-                fail(f"variable {e.name} is used outside its scope")
-            return
-        if isinstance(e, Load):
-            check_access(e.buffer, e.index)
-            return
-        if isinstance(e, Op):
-            for a in e.args:
-                check_expr(a)
-            return
-        fail(f"not an expression: {e!r}")
+        for x in walk_expr(e):
+            if isinstance(x, Var):
+                if x.name not in scope:
+                    fail(f"variable {x.name} is used outside its scope")
+            elif isinstance(x, Load):
+                check_access(x.buffer, x.index)
+            elif not isinstance(x, (Const, Op)):
+                fail(f"not an expression: {x!r}")
 
     def check_access(b, index):
+        """The buffer and the indices' rank and dtype (the indices' nodes are checked as
+        part of the expression or statement holding the access)."""
         if id(b) not in buffers:
             fail(f"buffer {b.name} is not a parameter")
         if len(index) != len(b.shape):
@@ -45,7 +42,6 @@ def verify_primfunc(f: PrimFunc) -> None:
         for i in index:
             if i.dtype != INDEX:
                 fail(f"index {i} into {b.name} has dtype {i.dtype}, not int64")
-            check_expr(i)
 
     def walk(s, local_scope):
         nonlocal scope
@@ -68,7 +64,8 @@ def verify_primfunc(f: PrimFunc) -> None:
             if id(s.buffer) in inputs:
                 fail(f"store to input buffer {s.buffer.name}")
             check_access(s.buffer, s.index)
-            check_expr(s.value)
+            for e in (*s.index, s.value):
+                check_expr(e)
             if s.value.dtype != s.buffer.dtype:
                 fail(f"store of {s.value.dtype} into {s.buffer.name} of {s.buffer.dtype}")
         elif isinstance(s, Local):

@@ -4,6 +4,9 @@ statements and expressions shares, so that none writes its own recursion over ``
 
 * ``walk_expr(e)`` / ``walk_stmts(s)`` / ``walk(s)``: pre-order iteration (no recursion:
   fused kernels build deep expressions);
+* ``walk_expr_guarded(e)``: the same, telling which nodes only run on some paths (inside a
+  lazy ``if_then_else`` branch);
+* ``walk_stmts_scoped(s)``: every statement with the loops enclosing it;
 * ``map_expr(e, fn)``: rebuild an expression bottom-up, ``fn`` sees every node after its
   operands were rebuilt and returns its replacement;
 * ``StmtTransformer``: rebuild a statement tree, one ``visit_<Node>`` method per statement
@@ -35,6 +38,22 @@ def walk_expr(e: Expr) -> Iterator[Expr]:
         kids = expr_children(x)
         if kids:
             stack.extend(reversed(kids))
+
+
+# ops that evaluate their operands after the first (the condition) only when taken
+LAZY_OPS = frozenset({"if_then_else"})
+
+
+def walk_expr_guarded(e: Expr) -> Iterator[tuple[Expr, bool]]:
+    """Every node of ``e``, pre-order, with whether it is guarded: inside a branch of a lazy
+    op (``LAZY_OPS``), so evaluated only when that branch is taken."""
+    stack = [(e, False)]
+    while stack:
+        x, guarded = stack.pop()
+        yield x, guarded
+        lazy = isinstance(x, Op) and x.name in LAZY_OPS
+        kids = expr_children(x)
+        stack.extend((kids[k], guarded or (lazy and k > 0)) for k in reversed(range(len(kids))))
 
 
 def _rebuild(e: Expr, kids: tuple) -> Expr:
@@ -107,6 +126,17 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
         stack.extend(reversed(stmt_children(x)))
 
 
+def walk_stmts_scoped(s: Stmt) -> Iterator[tuple[Stmt, tuple[For, ...]]]:
+    """Every statement of ``s``, pre-order, with the loops enclosing it (outermost first):
+    the loop variables live there."""
+    stack: list = [(s, ())]
+    while stack:
+        x, loops = stack.pop()
+        yield x, loops
+        inner = loops + (x,) if isinstance(x, For) else loops
+        stack.extend((c, inner) for c in reversed(stmt_children(x)))
+
+
 def walk(s: Stmt) -> Iterator:
     """Every statement and every expression node of ``s``, pre-order."""
     for x in walk_stmts(s):
@@ -172,6 +202,6 @@ class StmtTransformer:
         raise TypeError(f"not a statement: {s!r}")
 
 
-__all__ = ["expr_children", "walk_expr", "map_expr", "substitute_vars", "stmt_children",
-           "stmt_exprs", "walk_stmts", "walk", "loads", "stores", "StmtVisitor",
-           "StmtTransformer"]
+__all__ = ["expr_children", "walk_expr", "LAZY_OPS", "walk_expr_guarded", "map_expr",
+           "substitute_vars", "stmt_children", "stmt_exprs", "walk_stmts", "walk_stmts_scoped",
+           "walk", "loads", "stores", "StmtVisitor", "StmtTransformer"]
