@@ -2,7 +2,7 @@
 ``FuseOps``).
 
 Producers are inlined into consumers by composing the primitives' compute rules (see
-``legalize``), so intermediates never touch memory.  Two shapes of program come out:
+``lowering``), so intermediates never touch memory.  Two shapes of program come out:
 
 * an **injective** group is one loop nest over the outputs' shape;
 * a **reduction** group (softmax, layer norm, logsumexp, ...) is one *row-wise* kernel: a
@@ -349,12 +349,19 @@ def fused_primfunc(sub: Function, kind: str | None = None) -> PrimFunc:
     return _build(sub, kind or sub.attrs.get("kind", "injective"))[0]
 
 
+def call_site_values(b: Binding) -> dict:
+    """For a call of a sub-function: its parameters and results -> the call's operands and
+    results."""
+    value_of = dict(zip(b.callee.params, b.args))
+    value_of.update(zip(b.callee.results, b.outvars))
+    return value_of
+
+
 def lower_fused_call(b: Binding, name: str) -> list:
     """A call of a fused sub-function as call_tir (after call_library for a matmul group)."""
     sub: Function = b.callee
     kind = sub.attrs.get("kind", "injective")
-    value_of = dict(zip(sub.params, b.args))
-    value_of.update(zip(sub.results, b.outvars))
+    value_of = call_site_values(b)
     f, inputs, outputs = _build(sub, kind)
     f.name = name
     calls = []

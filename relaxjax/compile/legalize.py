@@ -10,7 +10,7 @@ from ..ir import Binding, Function, IRModule, Literal, Var
 from ..library import LibraryFunc
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
-from .fuse_tir import FusionError, lower_fused_call
+from .fuse_tir import FusionError, call_site_values, lower_fused_call
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
                        reduction_body, scalar_literal_expr, scan_loops)
@@ -115,12 +115,10 @@ def lower_binding(b: Binding, name_id: int = 0) -> Binding:
 
 def _inline(b: Binding) -> list:
     """The bindings of a called sub-function, with its parameters and results replaced."""
-    sub = b.callee
-    value_of = dict(zip(sub.params, b.args))
-    value_of.update(zip(sub.results, b.outvars))
+    value_of = call_site_values(b)
     return [Binding([value_of.get(v, v) for v in x.outvars], x.callee,
                     [value_of.get(a, a) if isinstance(a, Var) else a for a in x.args], x.params, x.source)
-            for x in sub.bindings]
+            for x in b.callee.bindings]
 
 
 def _lower_call(b: Binding, name_id: int) -> list:

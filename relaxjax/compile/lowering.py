@@ -15,7 +15,7 @@ a row-major buffer), ``match_cast`` (a run-time shape check), and the data-depen
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import sympy
@@ -86,7 +86,8 @@ def broadcast_index(in_shape: tuple, idx: list) -> list:
             for k, d in enumerate(in_shape)]
 
 
-def elementwise_rule(name, idx, reads, in_types, out_type, **params):
+def elementwise_rule(name: str, idx: list, reads: list[Reader], in_types: list, out_type,
+                     **params) -> Expr:
     args = [r(broadcast_index(t.shape, idx)) for r, t in zip(reads, in_types)]
     if name == "convert":
         return op("convert", args[0], dtype=out_type.dtype)
@@ -169,13 +170,20 @@ def _concatenate(name, idx, reads, in_types, out_type, *, axis):
     return expr
 
 
+def _within(idx: list, lows: list, highs: list) -> Expr | None:
+    """``lows[k] <= idx[k] < highs[k]`` on every axis, as one bool expression (None for no
+    axes)."""
+    inside = None
+    for i, lo, hi in zip(idx, lows, highs):
+        c = op("and", op("ge", i, lo), op("lt", i, hi))
+        inside = c if inside is None else op("and", inside, c)
+    return inside
+
+
 @compute_rule("pad")
 def _pad(name, idx, reads, in_types, out_type, *, low, high):
     src = [i - from_sympy(lo) for i, lo in zip(idx, low)]
-    inside = None
-    for s, d in zip(src, in_types[0].shape):
-        c = op("and", op("ge", s, 0), op("lt", s, from_sympy(d)))
-        inside = c if inside is None else op("and", inside, c)
+    inside = _within(src, [0] * len(src), [from_sympy(d) for d in in_types[0].shape])
     value = reads[1]([])
     if inside is None:
         return reads[0](src)
@@ -234,10 +242,7 @@ def _dynamic_slice(name, idx, reads, in_types, out_type, *, sizes):
 def _dynamic_update_slice(name, idx, reads, in_types, out_type):
     x, update = in_types[0], in_types[1]
     starts = [_clamped_start(r, m, d) for r, m, d in zip(reads[2:], update.shape, x.shape)]
-    inside = None
-    for i, s, m in zip(idx, starts, update.shape):
-        c = op("and", op("ge", i, s), op("lt", i, s + from_sympy(m)))
-        inside = c if inside is None else op("and", inside, c)
+    inside = _within(idx, starts, [s + from_sympy(m) for s, m in zip(starts, update.shape)])
     if inside is None:                               # 0-d: the update is the result
         return reads[1]([])
     return op("if_then_else", inside, reads[1]([i - s for i, s in zip(idx, starts)]),
@@ -256,12 +261,6 @@ def _highest(dtype):
     return np.inf if dt.is_float(dtype) else (True if dt.is_bool(dtype) else np.iinfo(dtype).max)
 
 
-def accumulator_dtype(name, dtype):
-    # float16 accumulates in float32, as NumPy's pairwise sum effectively does
-    return np.dtype("float32") if dtype == np.dtype("float16") and name in ("reduce_sum", "reduce_prod") \
-        else dtype
-
-
 REDUCERS = {
     "reduce_sum": (lambda d: 0, "add"),
     "reduce_prod": (lambda d: 1, "mul"),
@@ -272,7 +271,7 @@ REDUCERS = {
 }
 
 
-def scalar_const(v, dtype) -> Const:
+def scalar_const(v: bool | int | float, dtype) -> Const:
     if dt.is_bool(dtype):
         return Const(bool(v), BOOL)
     if dt.is_float(dtype):
@@ -288,8 +287,10 @@ class Accumulator:
     def __init__(self, reducer: str, out_dtype, *, widen: bool = True):
         init, combine = REDUCERS[reducer]
         self.out_dtype = np.dtype(out_dtype)
-        # a scan rounds every step to the output dtype, as NumPy's accumulate does
-        self.dtype = accumulator_dtype(reducer, self.out_dtype) if widen else self.out_dtype
+        # not ``widen``: a scan rounds every step to the output dtype, as NumPy's accumulate does
+        widened = widen and self.out_dtype == np.dtype("float16") and \
+            reducer in ("reduce_sum", "reduce_prod")
+        self.dtype = np.dtype("float32") if widened else self.out_dtype
         if dt.is_bool(self.out_dtype) and reducer in ("reduce_max", "reduce_min"):
             combine = "or" if reducer == "reduce_max" else "and"
         self.combine = combine
@@ -307,7 +308,8 @@ class Accumulator:
         return acc if self.dtype == self.out_dtype else op("convert", acc, dtype=self.out_dtype)
 
 
-def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) -> "tir.Stmt":
+def reduction_body(name: str, out_idx: list, reads: list[Reader], in_type, out_type,
+                   axes: tuple, store: Callable[[Expr], Store], taken: set) -> "tir.Stmt":
     """``acc = init; for r...: acc = combine(acc, x[...]); store(acc)``."""
     x_shape = in_type.shape
     red_axes = [a for a in range(len(x_shape)) if a in axes]
@@ -325,7 +327,8 @@ def reduction_body(name, out_idx, reads, in_type, out_type, axes, store, taken) 
     return Seq([Local(acc, accum.init), update, store(accum.result(acc))])
 
 
-def scan_loops(name: str, reads: list, in_type, out, axis: int, taken: set) -> "tir.Stmt":
+def scan_loops(name: str, reads: list[Reader], in_type, out: tir.Buffer, axis: int,
+               taken: set) -> "tir.Stmt":
     """``for other axes (parallel): acc = init; for i along axis: acc = combine(acc, x[..i..]);
     out[..i..] = acc``."""
     shape = in_type.shape
@@ -365,14 +368,14 @@ def _arg_reduction(name, full, rvars, red_axes, x_shape, reads, out_type, store,
 # Helpers for building programs
 # ---------------------------------------------------------------------------------------
 
-def buffer_names(taken: set):
+def buffer_names(taken: set) -> Iterator[str]:
     """Buffer names that cannot be confused with the program's dim variables."""
     for c in itertools.chain("abcdefgh", (f"a{k}" for k in itertools.count())):
         if c not in taken:
             yield c
 
 
-def scalar_literal_expr(a) -> Expr | None:
+def scalar_literal_expr(a: object) -> Expr | None:
     """A scalar literal operand (a number or a symbolic dim used as a value) as a constant
     expression inside a program; None for arrays, which are passed as buffers."""
     if not isinstance(a, Literal) or a.type.ndim != 0 or np.ndim(a.value) != 0:
@@ -383,7 +386,9 @@ def scalar_literal_expr(a) -> Expr | None:
     return scalar_const(np.asarray(v).item(), a.type.dtype)
 
 
-def default_loop_kinds(rank: int) -> list:
+def default_loop_kinds(rank: int) -> list[str]:
+    """Loop kinds for a nest over an output: the outermost loop parallel, the innermost
+    vectorized."""
     kinds = ["serial"] * rank
     if rank:
         kinds[-1] = "vectorized"

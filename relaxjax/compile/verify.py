@@ -42,6 +42,13 @@ def verify(module: IRModule) -> None:
                 raise VerificationError(str(e)) from None
 
 
+def _may_agree(env: ShapeEnv, a, b) -> bool:
+    """Two typed things (tensor types, buffers) have the same dtype and rank, and no dim
+    that is provably different."""
+    return a.dtype == b.dtype and len(a.shape) == len(b.shape) and all(
+        env.try_prove("==", x, y) is not False for x, y in zip(a.shape, b.shape))
+
+
 def _check_function_call(b, env, err, where) -> None:
     """A call of a graph sub-function: operands and results match its signature."""
     f = b.callee
@@ -61,11 +68,8 @@ def _check_tir_call(b, env, err, where) -> None:
         err(f"{where}: {len(b.args)} operands and {len(b.outvars)} results for a program with "
             f"{len(f.inputs)} inputs and {len(f.outputs)} outputs")
     for a, buf in zip(list(b.args) + list(b.outvars), f.params):
-        t = a.type
-        same = (t.dtype == buf.dtype and len(t.shape) == len(buf.shape) and all(
-            env.try_prove("==", x, y) is not False for x, y in zip(t.shape, buf.shape)))
-        if not same:
-            err(f"{where}: operand of type {t} passed for buffer {buf.name}: {buf.type_str()}")
+        if not _may_agree(env, a.type, buf):
+            err(f"{where}: operand of type {a.type} passed for buffer {buf.name}: {buf.type_str()}")
 
 
 def verify_function(fn: Function) -> None:
@@ -108,9 +112,7 @@ def verify_function(fn: Function) -> None:
             if len(types) != len(b.outvars):
                 err(f"{where}: {len(b.outvars)} results recorded, the rule gives {len(types)}")
             for t, v in zip(types, b.outvars):
-                same = (t.dtype == v.type.dtype and len(t.shape) == len(v.type.shape) and all(
-                    env.try_prove("==", x, y) is not False for x, y in zip(t.shape, v.type.shape)))
-                if not same:
+                if not _may_agree(env, t, v.type):
                     err(f"{where}: recorded type {v.type} disagrees with the rule's {t}")
         for v in b.outvars:
             if v in defined:

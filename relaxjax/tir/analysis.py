@@ -13,7 +13,7 @@ from .nodes import (Assign, Const, Expr, For, Load, Local, PrimFunc, Seq, Stmt, 
 from .visit import loads, map_expr, walk, walk_stmts, walk_stmts_scoped
 
 
-def perfect_nest(f: PrimFunc):
+def perfect_nest(f: PrimFunc) -> tuple[list[Var], Store] | None:
     """``(loop vars, store)`` when ``f`` is ``for i...: out[i...] = expr`` over its single
     output's shape with an expression that only loads inputs; else None."""
     if f.n_outputs != 1:

@@ -158,10 +158,10 @@ class StmtVisitor:
     """Dispatches ``visit(s)`` to ``visit_For``, ``visit_Store``, ... (default: visit the
     statements inside).  Subclasses call ``self.generic_visit(s)`` to descend."""
 
-    def visit(self, s: Stmt):
+    def visit(self, s: Stmt) -> object:
         return getattr(self, "visit_" + type(s).__name__, self.generic_visit)(s)
 
-    def generic_visit(self, s: Stmt):
+    def generic_visit(self, s: Stmt) -> None:
         for c in stmt_children(s):
             self.visit(c)
 
@@ -172,13 +172,13 @@ class StmtTransformer:
     (default: unchanged).  A ``Seq`` drops children that visit to None and splices children
     that visit to a ``Seq``."""
 
-    def visit(self, s: Stmt):
+    def visit(self, s: Stmt) -> Stmt | None:
         return getattr(self, "visit_" + type(s).__name__, self.generic_visit)(s)
 
     def expr(self, e: Expr) -> Expr:
         return e
 
-    def generic_visit(self, s: Stmt):
+    def generic_visit(self, s: Stmt) -> Stmt:
         ex = self.expr
         if isinstance(s, Seq):
             out = []
