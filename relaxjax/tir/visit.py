@@ -9,15 +9,14 @@ statements and expressions shares, so that none writes its own recursion over ``
 * ``walk_stmts_scoped(s)``: every statement with the loops enclosing it;
 * ``map_expr(e, fn)``: rebuild an expression bottom-up, ``fn`` sees every node after its
   operands were rebuilt and returns its replacement;
-* ``StmtTransformer``: rebuild a statement tree, one ``visit_<Node>`` method per statement
-  kind to override (like ``ast.NodeTransformer``), ``expr`` applied to every expression;
-* ``StmtVisitor``: the same dispatch without rebuilding, for analyses and code emitters.
+* ``StmtVisitor``: one ``visit_<Node>`` method per statement kind to override (like
+  ``ast.NodeVisitor``), for analyses and code emitters.
 """
 from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from .nodes import Assign, Expr, For, If, Load, Local, Op, Seq, Stmt, Store, Var
+from .nodes import Assign, Expr, For, If, Load, Local, Op, Seq, Stmt, Store
 
 
 def expr_children(e: Expr) -> tuple:
@@ -84,13 +83,6 @@ def map_expr(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     return done[0]
 
 
-def substitute_vars(e: Expr, values: dict) -> Expr:
-    """``e`` with every ``Var`` named in ``values`` (name -> expression) replaced."""
-    if not values:
-        return e
-    return map_expr(e, lambda x: values.get(x.name, x) if isinstance(x, Var) else x)
-
-
 def stmt_children(s: Stmt) -> tuple:
     """The statements directly inside ``s``."""
     if isinstance(s, Seq):
@@ -150,10 +142,6 @@ def loads(s: Stmt) -> Iterator[Load]:
     return (x for x in walk(s) if isinstance(x, Load))
 
 
-def stores(s: Stmt) -> Iterator[Store]:
-    return (x for x in walk_stmts(s) if isinstance(x, Store))
-
-
 class StmtVisitor:
     """Dispatches ``visit(s)`` to ``visit_For``, ``visit_Store``, ... (default: visit the
     statements inside).  Subclasses call ``self.generic_visit(s)`` to descend."""
@@ -166,42 +154,6 @@ class StmtVisitor:
             self.visit(c)
 
 
-class StmtTransformer:
-    """Rebuilds a statement tree.  ``visit_<Node>`` methods return the replacement statement
-    (default: the node rebuilt from its visited children); ``expr`` maps every expression
-    (default: unchanged).  A ``Seq`` drops children that visit to None and splices children
-    that visit to a ``Seq``."""
-
-    def visit(self, s: Stmt) -> Stmt | None:
-        return getattr(self, "visit_" + type(s).__name__, self.generic_visit)(s)
-
-    def expr(self, e: Expr) -> Expr:
-        return e
-
-    def generic_visit(self, s: Stmt) -> Stmt:
-        ex = self.expr
-        if isinstance(s, Seq):
-            out = []
-            for c in s.stmts:
-                r = self.visit(c)
-                if r is None:
-                    continue
-                out.extend(r.stmts if isinstance(r, Seq) else [r])
-            return Seq(out)
-        if isinstance(s, For):
-            return For(s.var, ex(s.extent), s.kind, self.visit(s.body), ex(s.start))
-        if isinstance(s, Store):
-            return Store(s.buffer, tuple(ex(i) for i in s.index), ex(s.value))
-        if isinstance(s, Local):
-            return Local(s.var, ex(s.init))
-        if isinstance(s, Assign):
-            return Assign(s.var, ex(s.value))
-        if isinstance(s, If):
-            return If(ex(s.cond), self.visit(s.then),
-                      None if s.else_ is None else self.visit(s.else_))
-        raise TypeError(f"not a statement: {s!r}")
-
-
 __all__ = ["expr_children", "walk_expr", "LAZY_OPS", "walk_expr_guarded", "map_expr",
-           "substitute_vars", "stmt_children", "stmt_exprs", "walk_stmts", "walk_stmts_scoped",
-           "walk", "loads", "stores", "StmtVisitor", "StmtTransformer"]
+           "stmt_children", "stmt_exprs", "walk_stmts", "walk_stmts_scoped", "walk", "loads",
+           "StmtVisitor"]
