@@ -425,7 +425,7 @@ class ShapeEnv:
             return a
         if r is False:
             raise ShapeError(f"{what}: {dim_str(a)} != {dim_str(b)}")
-        if not self._concrete_ok(a, b):
+        if not self.can_guard(a, b):
             raise InconclusiveDimensionError(self._inconclusive_msg("==", a, b, what))
         va, vb = self.evaluate(a), self.evaluate(b)
         if va != vb:
@@ -448,7 +448,7 @@ class ShapeEnv:
         d = self.canon(d)
         if isinstance(d, int):
             return d
-        if self.mode != "auto" or not self._concrete_ok(d, 0):
+        if self.mode != "auto" or not self.can_guard(d, 0):
             why = ("it depends on data (bound at run time)"
                    if free_symbols(d) & self.data_dependent else "the dims are declared symbolic")
             raise InconclusiveDimensionError(
@@ -460,7 +460,9 @@ class ShapeEnv:
         return v
 
     # -- automatic-mode helpers ----------------------------------------------------------
-    def _concrete_ok(self, a: Dim, b: Dim) -> bool:
+    def can_guard(self, a: Dim, b: Dim) -> bool:
+        """Automatic mode knows the values of every symbol in ``a`` and ``b``: a guard can
+        decide a relation between them (``decide``, ``require_eq``)."""
         return self.mode == "auto" and all(s in self.values for s in free_symbols(a) | free_symbols(b))
 
     def evaluate(self, d: Dim) -> int:
@@ -470,7 +472,7 @@ class ShapeEnv:
         return int(d.xreplace({s: sympy.Integer(v) for s, v in self.values.items()}))
 
     def _evaluate_for_guard(self, op, a, b, what) -> bool:
-        if not self._concrete_ok(a, b):
+        if not self.can_guard(a, b):
             raise InconclusiveDimensionError(self._inconclusive_msg(op, a, b, what))
         return _OPS[op](self.evaluate(a), self.evaluate(b))
 

@@ -27,9 +27,6 @@ class Executable:
         self.fn: Function = module.main
         self.memory_plan: MemoryPlan | None = plan_memory(self.fn) if plan else None
 
-    def __call__(self, dims: dict, arrays: list) -> list:
-        raise NotImplementedError
-
     # -- inspection ------------------------------------------------------------------------
     def text_stages(self) -> dict[str, Callable[[], str]]:
         """Stage name -> its text; backends add theirs (``llvm``, ``cuda``, ...)."""

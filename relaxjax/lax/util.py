@@ -39,17 +39,18 @@ def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple
 def _equal_here(env: ShapeEnv, a: Dim, b: Dim) -> bool:
     """Both symbolic and equal in this (automatic) trace: ``require_eq`` guards them equal,
     keeping them symbolic, rather than specializing both to 1."""
-    return (env.mode == "auto" and not isinstance(a, int) and not isinstance(b, int) and
-            env._concrete_ok(a, b) and env.evaluate(a) == env.evaluate(b))
+    return (not isinstance(a, int) and not isinstance(b, int) and env.can_guard(a, b) and
+            env.evaluate(a) == env.evaluate(b))
 
 
 def one_if_guarded(env: ShapeEnv, d: Dim) -> Dim:
-    """In automatic mode a derived dim (``n - 1``, ``(n + 1) // 2``) that is 1 in this trace
-    broadcasts as NumPy would.  Its symbols are specialized to their values (guards
-    ``n == 2``), so that every type and later proof sees the 1.  Otherwise ``d`` unchanged."""
+    """In automatic mode a symbolic dim (``n``, ``n - 1``, ``(n + 1) // 2``) that is 1 in this
+    trace broadcasts as NumPy would.  Its symbols are specialized to their values (guards
+    ``n == 1``, ``n == 2``), so that every type and later proof sees the 1.  Otherwise ``d``
+    unchanged."""
     if isinstance(d, int) or env.mode != "auto":
         return d
-    if env.try_prove("==", d, 1) is None and env._concrete_ok(d, 1) and env.evaluate(d) == 1:
+    if env.try_prove("==", d, 1) is None and env.can_guard(d, 1) and env.evaluate(d) == 1:
         for s in sorted(free_symbols(d), key=lambda s: s.name):
             env.concrete(s, "broadcasting a derived dim of size 1")
         return env.canon(d)

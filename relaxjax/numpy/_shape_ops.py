@@ -140,8 +140,8 @@ def squeeze(a, axis=None):
         # automatic mode: a symbolic dim that is 1 in this trace goes too (guarded n == 1),
         # as NumPy would; explicit signatures keep their symbolic dims (as in JAX)
         axes = [i for i, d in enumerate(s) if isinstance(d, int) and d == 1 or
-                not isinstance(d, int) and e.mode == "auto" and e.try_prove("==", d, 1) is None and
-                e._concrete_ok(d, 1) and e.decide("==", d, 1, f"squeeze axis {i}")]
+                not isinstance(d, int) and e.can_guard(d, 1) and
+                e.decide("==", d, 1, f"squeeze axis {i}")]
     else:
         axes = [normalize_axis(x, len(s)) for x in (axis if isinstance(axis, (tuple, list)) else (axis,))]
         for i in axes:

@@ -26,6 +26,7 @@ class Operands:
     """An op's operands and the facts every renderer asks about them."""
     em: object               # the KernelEmitter (fn, helpers_used, math_used, _const)
     e: Op
+    name: str                # the op rendered: bool + - * are or, xor, and
     args: list               # SSA values of the operands
     ty: str                  # LLVM type of the result
     sty: str                 # LLVM type of the first operand
@@ -54,7 +55,7 @@ _BOOL_ARITH = {"add": "or", "mul": "and", "sub": "xor"}
 def render_op(em, e: Op, args: list) -> str:
     src = np.dtype(e.args[0].dtype)
     name = _BOOL_ARITH.get(e.name, e.name) if src == BOOL else e.name
-    ops = Operands(em, e, args, llty(e.dtype), llty(src), src, is_float(src), signed(src),
+    ops = Operands(em, e, name, args, llty(e.dtype), llty(src), src, is_float(src), signed(src),
                    " reassoc" if "reassoc" in e.flags and is_float(src) else "")
     rule = SCALAR_OPS.get(name)
     if rule is None:
@@ -69,7 +70,7 @@ def _convert_op(o: Operands) -> str:
 
 @renders("add", "sub", "mul")
 def _arith(o: Operands) -> str:
-    return o.v(f"{'f' if o.flt else ''}{o.e.name}{o.fm} {o.ty} {o.args[0]}, {o.args[1]}")
+    return o.v(f"{'f' if o.flt else ''}{o.name}{o.fm} {o.ty} {o.args[0]}, {o.args[1]}")
 
 
 @renders("div")
@@ -79,18 +80,17 @@ def _div(o: Operands) -> str:
 
 @renders("floor_div", "rem")
 def _floor_div_rem_op(o: Operands) -> str:
-    return floor_div_rem(o.em, o.e.name, o.args, o.src)
+    return floor_div_rem(o.em, o.name, o.args, o.src)
 
 
 @renders("and", "or", "xor")
 def _bitwise(o: Operands) -> str:
-    name = _BOOL_ARITH.get(o.e.name, o.e.name) if o.src == BOOL else o.e.name
-    return o.v(f"{name} {o.ty} {o.args[0]}, {o.args[1]}")
+    return o.v(f"{o.name} {o.ty} {o.args[0]}, {o.args[1]}")
 
 
 @renders("max", "min")
 def _max_min(o: Operands) -> str:
-    name = o.e.name
+    name = o.name
     if o.src == BOOL:
         return o.v(f"{'or' if name == 'max' else 'and'} i1 {o.args[0]}, {o.args[1]}")
     intr = (f"llvm.{name}imum" if o.flt else f"llvm.{'s' if o.sgn else 'u'}{name}") + f".{suffix(o.sty)}"
@@ -103,7 +103,7 @@ _FCMP = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": 
 
 @renders("eq", "ne", "lt", "le", "gt", "ge")
 def _compare(o: Operands) -> str:
-    name = o.e.name
+    name = o.name
     if o.flt:
         return o.v(f"fcmp {_FCMP[name]} {o.sty} {o.args[0]}, {o.args[1]}")
     pred = {"eq": "eq", "ne": "ne"}.get(name) or \
@@ -151,7 +151,7 @@ def _sign(o: Operands) -> str:
 def _rounding(o: Operands) -> str:
     if not o.flt:
         return o.args[0]
-    return intrinsic(o.em, {"round": "roundeven"}.get(o.e.name, o.e.name), o.ty, o.args)
+    return intrinsic(o.em, {"round": "roundeven"}.get(o.name, o.name), o.ty, o.args)
 
 
 @renders("sqrt")
@@ -174,16 +174,16 @@ def _is_nan(o: Operands) -> str:
 @renders("is_inf", "is_finite")
 def _is_inf_finite(o: Operands) -> str:
     if not o.flt:
-        return "false" if o.e.name == "is_inf" else "true"
+        return "false" if o.name == "is_inf" else "true"
     a = intrinsic(o.em, "fabs", o.sty, o.args)
-    return o.v(f"fcmp {'oeq' if o.e.name == 'is_inf' else 'olt'} {o.sty} {a}, {fconst(float('inf'), o.sty)}")
+    return o.v(f"fcmp {'oeq' if o.name == 'is_inf' else 'olt'} {o.sty} {a}, {fconst(float('inf'), o.sty)}")
 
 
 @renders("shift_left", "shift_right")
 def _shift(o: Operands) -> str:
     fn, ty, (x, n) = o.em.fn, o.ty, o.args
     inr = fn.val("i1", f"icmp ult {ty} {n}, {BITS[ty]}")
-    if o.e.name == "shift_left":
+    if o.name == "shift_left":
         sh = o.v(f"shl {ty} {x}, {n}")
         return o.v(f"select i1 {inr}, {ty} {sh}, {ty} 0")
     sh = o.v(f"{'ashr' if o.sgn else 'lshr'} {ty} {x}, {n}")
@@ -209,8 +209,8 @@ def _math(o: Operands) -> str:
     work = ty if ty != "half" else "float"
     if ty == "half":
         args = [fn.val("float", f"fpext half {a} to float") for a in args]
-    o.em.math_used.add((o.e.name, work))
-    sym = mathlib.libm_name(o.e.name, work)
+    o.em.math_used.add((o.name, work))
+    sym = mathlib.libm_name(o.name, work)
     r = fn.val(work, f"call {work} @{sym}({', '.join(f'{work} {a}' for a in args)})")
     return fn.val("half", f"fptrunc float {r} to half") if ty == "half" else r
 
