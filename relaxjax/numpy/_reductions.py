@@ -120,12 +120,14 @@ def argmin(a, axis=None, keepdims: bool = False):
     return _arg(lax.argmin, a, axis, keepdims)
 
 
-def _cumulative(prim, np_name, a, axis, dtype):
+def _cumulative(prim, np_name, a, axis, dtype, *, same_dtype: bool = False):
+    """``same_dtype``: the running max/min keep the input's dtype (no sum-like widening)."""
     a = arr(a)
     if axis is None:                  # over the flattened array, as NumPy does
         a, axis = ravel(a), 0
     ax = normalize_axis(axis, len(shape(a)))
-    target = dt.canonical(dtype) if dtype is not None else dt.reduction_dtype(np_name, dtype_of(a))
+    target = dt.canonical(dtype) if dtype is not None else \
+        dtype_of(a) if same_dtype else dt.reduction_dtype(np_name, dtype_of(a))
     return prim.bind(cast(a, target), axis=ax)
 
 
@@ -142,3 +144,13 @@ def cumprod(a, axis=None, dtype=None):
 def ptp(a, axis=None, keepdims: bool = False):
     """``numpy.ptp``: max - min (peak to peak)."""
     return subtract(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))
+
+
+def cummax(a, axis=None, dtype=None):
+    """``numpy.maximum.accumulate`` along ``axis`` (None: flattened); NaN propagates."""
+    return _cumulative(lax.cummax, "maximum", a, axis, dtype, same_dtype=True)
+
+
+def cummin(a, axis=None, dtype=None):
+    """``numpy.minimum.accumulate`` along ``axis``."""
+    return _cumulative(lax.cummin, "minimum", a, axis, dtype, same_dtype=True)

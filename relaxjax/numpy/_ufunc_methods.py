@@ -4,12 +4,10 @@
 place and is left to the in-place update API."""
 from __future__ import annotations
 
-from .. import lax
-from ..lax.util import normalize_axis
 from . import _reductions as red
 from . import _ufuncs as uf
 from ._base import arr, cast, shape
-from ._shape_ops import ravel, reshape
+from ._shape_ops import reshape
 
 _BINARY = ("add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "power",
            "maximum", "minimum", "arctan2", "bitwise_and", "bitwise_or", "bitwise_xor",
@@ -17,8 +15,8 @@ _BINARY = ("add", "subtract", "multiply", "true_divide", "floor_divide", "remain
            "not_equal", "less", "less_equal", "greater", "greater_equal")
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
            "logical_and": red.all, "logical_or": red.any}
-_ACCUMULATE = {"add": red.cumsum, "multiply": red.cumprod}
-_ACCUMULATE_SAME_DTYPE = {"maximum": lax.cummax, "minimum": lax.cummin}
+_ACCUMULATE = {"add": red.cumsum, "multiply": red.cumprod, "maximum": red.cummax,
+               "minimum": red.cummin}
 
 
 def _outer(fn):
@@ -38,15 +36,10 @@ def _reduce(reduction):
     return reduce
 
 
-def _accumulate(cumulative=None, prim=None):
+def _accumulate(cumulative):
     def accumulate(a, axis: int = 0, dtype=None):
         """Running results along ``axis`` (default 0)."""
-        if cumulative is not None:
-            return cumulative(a, axis=axis, dtype=dtype)
-        a = arr(a) if dtype is None else cast(arr(a), dtype)
-        if not shape(a):
-            a = ravel(a)
-        return prim.bind(a, axis=normalize_axis(axis, len(shape(a))))
+        return cumulative(a, axis=axis, dtype=dtype)
     return accumulate
 
 
@@ -57,9 +50,7 @@ def attach() -> None:
         if name in _REDUCE:
             fn.reduce = _reduce(_REDUCE[name])
         if name in _ACCUMULATE:
-            fn.accumulate = _accumulate(cumulative=_ACCUMULATE[name])
-        if name in _ACCUMULATE_SAME_DTYPE:
-            fn.accumulate = _accumulate(prim=_ACCUMULATE_SAME_DTYPE[name])
+            fn.accumulate = _accumulate(_ACCUMULATE[name])
 
 
 __all__ = ["attach"]
