@@ -18,7 +18,7 @@ from ..lax.tir_interp import compile_primfunc
 from ..shapes import INF, ShapeEnv, dim_str, floordiv, free_symbols, is_symbolic, normalize, symbol
 from ..structs import ShapeDtypeStruct
 from . import lang, scope
-from .lang import dim_text
+from .lang import dim_text, resolve_dim
 from .parser import build_primfunc
 from .verify import check_bounds, raise_shape_error
 
@@ -203,8 +203,7 @@ def bind_dims(k: Kernel, types: list, env: ShapeEnv) -> dict:
     for role, pname, ax, want, got in axes:
         if is_symbolic(want):
             _solve_for_unbound(k, want, got, binding, where, env, f"{pname} axis {ax}")
-        expect = binding[want] if isinstance(want, str) else \
-            want if isinstance(want, int) else _resolve(want, binding)
+        expect = resolve_dim(want, binding)
         how = (f" (dim {want}, bound by {where[want]})" if isinstance(want, str) else
                f" ({dim_text(want)})" if is_symbolic(want) else "")
         what = f"kernel {k.name}: {role} {pname} axis {ax}: expected {dim_str(expect)}{how}"
@@ -220,10 +219,6 @@ def bind_dims(k: Kernel, types: list, env: ShapeEnv) -> dict:
     return {n: env.canon(d) for n, d in binding.items()}
 
 
-def _resolve(expr, binding: dict):
-    return normalize(sympy.expand(expr.xreplace({symbol(n): v for n, v in binding.items()})))
-
-
 def _solve_for_unbound(k: Kernel, expr, got, binding: dict, where: dict, env: ShapeEnv,
                        axis: str) -> None:
     """Bind the one name ``expr`` leaves unknown from ``expr == got``: ``2*n == d`` gives
@@ -231,14 +226,12 @@ def _solve_for_unbound(k: Kernel, expr, got, binding: dict, where: dict, env: Sh
     unknown = sorted(s for s in expr.free_symbols if s.name not in binding)
     if not unknown:
         return
-    partial = expr.xreplace({symbol(n): v for n, v in binding.items()})
+    p = resolve_dim(expr, binding)
     u = unknown[0]
-    if len(unknown) > 1 or not sympy.expand(partial).is_polynomial(u) or \
-            sympy.degree(sympy.expand(partial), u) != 1 or partial.has(sympy.floor):
+    if len(unknown) > 1 or p.has(sympy.floor) or not p.is_polynomial(u) or sympy.degree(p, u) != 1:
         raise ShapeError(f"kernel {k.name}: {axis} is declared {dim_text(expr)}, which cannot "
                          f"bind {', '.join(s.name for s in unknown)}: name each dim alone in some "
                          f"parameter's shape, or use an expression linear in one unknown dim")
-    p = sympy.expand(partial)
     coeff, rest = p.coeff(u, 1), p.coeff(u, 0)
     num = normalize(sympy.expand(sympy.sympify(got) - rest))
     if not (coeff.is_Integer and int(coeff) > 0):

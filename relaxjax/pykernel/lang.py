@@ -41,10 +41,17 @@ class BufferSpec:
 
     def resolve(self, binding: dict) -> tuple:
         """The shape with every name replaced by its dim in ``binding`` (name -> dim)."""
-        subst = {symbol(n): v for n, v in binding.items()}
-        return tuple(binding[d] if isinstance(d, str) else
-                     normalize(sympy.expand(d.xreplace(subst))) if isinstance(d, sympy.Basic) else d
-                     for d in self.shape)
+        return tuple(resolve_dim(d, binding) for d in self.shape)
+
+
+def resolve_dim(d, binding: dict):
+    """A declared dim (int, name or expression over names) with the names replaced by their
+    dims in ``binding``."""
+    if isinstance(d, str):
+        return binding[d]
+    if isinstance(d, sympy.Basic):
+        return normalize(sympy.expand(d.xreplace({symbol(n): v for n, v in binding.items()})))
+    return d
 
 
 def dim_text(d) -> str:
@@ -79,10 +86,8 @@ def parse_dim(text: str):
     except SyntaxError:
         raise TypeError(f"rj.Buffer dim {text!r} is not an expression over dim names") from None
     e = normalize(conv(tree))
-    if isinstance(e, int):
-        if e < 0:
-            raise TypeError(f"rj.Buffer dim {text!r} is negative")
-        return e
+    if isinstance(e, int) and e < 0:
+        raise TypeError(f"rj.Buffer dim {text!r} is negative")
     return e
 
 
