@@ -32,7 +32,7 @@ for batch in (3, 17, 128, 1000, 4099):
     print(f"batch {batch:5d}: result {probs.dtype}{list(probs.shape)}, n = {n}, max |error| vs NumPy {err:.1e}")
     assert n == batch and np.allclose(probs, expected, rtol=1e-4, atol=1e-4)
 
-print("\nThe traced program, with symbolic batch dim x0 (the sizes >= 2 of the first call became symbols):")
+print("\nThe traced program, with symbolic batch dim x0 (the sizes >= 1 of the first call became symbols):")
 print(mlp.lower(x, w1, b1, w2).as_text())
 
 print("\nAfter fusion and lowering: two library gemms, each followed by one fused loop program:")
