@@ -17,7 +17,7 @@ import sympy
 
 from . import dtypes as dt
 from .errors import ShapeError, TracerConversionError
-from .ir import Binding, Function, Literal, TensorType, Var
+from .ir import Binding, Function, Literal, TensorType, Var, regions
 from .shapes import INF, ShapeEnv, SymbolicDim, is_symbolic, normalize, prod, use_env, wrap_dim
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +34,7 @@ class Primitive:
       proves the relations it needs through ``env``;
     * ``dtype_rule(*types, **params)`` -> output dtype (or list);
     * ``impl(*arrays, **params)`` -> NumPy result(s): the reference semantics;
-    * ``kind``: how fusion will see it (elementwise, broadcast, injective, reduction,
+    * ``kind``: how fusion will see it (elementwise, broadcast, injective, reduction, control,
       output_fusable, opaque, data_dependent).
     """
 
@@ -61,7 +61,9 @@ class Primitive:
             shapes, dtypes = [shapes], [dtypes]
         elif not isinstance(dtypes, (list, tuple)):
             dtypes = [dtypes] * len(shapes)
-        return [TensorType(tuple(s), np.dtype(d), bool(weak)) for s, d in zip(shapes, dtypes)]
+        if not isinstance(weak, (list, tuple)):
+            weak = [weak] * len(shapes)
+        return [TensorType(tuple(s), np.dtype(d), bool(w)) for s, d, w in zip(shapes, dtypes, weak)]
 
     def bind(self, *args, **params):
         return bind(self, args, params)
@@ -88,11 +90,16 @@ def current_trace() -> "TraceContext | None":
 class TraceContext:
     """Records bindings while a Python function runs on tracers."""
 
-    def __init__(self, env: ShapeEnv):
+    def __init__(self, env: ShapeEnv, parent: "TraceContext | None" = None):
         self.env = env
         self.bindings: list[Binding] = []
         self.alive = True
         self.respecializers: dict = {}
+        # a region (a loop body, a branch) is traced in a child context sharing the env:
+        # tracers of enclosing contexts used in it are captured as extra parameters
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.captured: dict = {}        # id(outer tracer) -> (outer tracer, inner Var)
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -113,6 +120,8 @@ class TraceContext:
     def atom(self, x: Any):
         """Operand -> IR atom: a Var for our tracers, a Literal for constants and dims."""
         if isinstance(x, Tracer):
+            if x.ctx is not self and x.ctx.alive and self._encloses(x.ctx):
+                return self._capture(x)
             if x.ctx is not self:
                 raise TracerConversionError(
                     "a traced value escaped from the function that traced it (a leaked tracer); "
@@ -128,6 +137,22 @@ class TraceContext:
             d = dt.WEAK_DEFAULT[type(x)]
             return Literal(np.asarray(x, d), TensorType((), d, True))
         raise TypeError(f"cannot use a {type(x).__name__} as an array operand")
+
+    def _encloses(self, other: "TraceContext") -> bool:
+        p = self.parent
+        while p is not None:
+            if p is other:
+                return True
+            p = p.parent
+        return False
+
+    def _capture(self, x: "Tracer") -> Var:
+        """A value of an enclosing trace used in this region: a parameter of the region,
+        passed in by the binding that runs it (closure conversion)."""
+        hit = self.captured.get(id(x))
+        if hit is None:
+            hit = self.captured[id(x)] = (x, Var(x.type, "captured"))
+        return hit[1]
 
     def finalize(self, name: str, params: list, param_names: list, results: list) -> Function:
         """The traced function, with the equalities found while tracing (automatic mode)
@@ -150,6 +175,8 @@ class TraceContext:
                     v.type = v.type.substitute(subst)
                 b.args = [lit(a) for a in b.args]
                 b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
+                for r in regions(b):       # equalities found after a region was traced
+                    _subst_region(r.main, subst)
                 if b in self.respecializers:    # e.g. a kernel's program, specialised to old dims
                     b.callee = self.respecializers[b](subst)
             results = [lit(r) for r in results]
@@ -185,6 +212,22 @@ class TraceContext:
         return outs if prim.multiple_results else outs[0]
 
 
+def _subst_region(fn: Function, subst: dict) -> None:
+    for v in fn.params:
+        v.type = v.type.substitute(subst)
+    for b in fn.bindings:
+        for v in b.outvars:
+            v.type = v.type.substitute(subst)
+        b.args = [Literal(_subst_value(a.value, subst), a.type.substitute(subst))
+                  if isinstance(a, Literal) else a for a in b.args]
+        b.params = {k: _subst_value(v, subst) for k, v in b.params.items()}
+        for r in regions(b):
+            _subst_region(r.main, subst)
+    fn.results = [Literal(_subst_value(a.value, subst), a.type.substitute(subst))
+                  if isinstance(a, Literal) else a for a in fn.results]
+    fn.bounds = {s: b for s, b in fn.bounds.items() if s not in subst}
+
+
 def _subst_value(v, subst):
     if isinstance(v, (tuple, list)):
         return type(v)(_subst_value(x, subst) for x in v)
@@ -212,13 +255,22 @@ def user_source() -> str | None:
 
 
 def find_trace(args: Sequence[Any]) -> TraceContext | None:
+    """The innermost trace among the arguments' tracers (a loop body's, when a body mixes its
+    own values with captured outer ones)."""
+    found = None
     for a in args:
         if isinstance(a, Tracer):
             if not a.ctx.alive:
                 raise TracerConversionError(
                     "a traced value from a finished trace was used (a leaked tracer); "
                     "return it from the jitted function instead of storing it")
-            return a.ctx
+            if found is None or a.ctx.depth > found.depth:
+                found = a.ctx
+    if found is not None:
+        cur = current_trace()       # a captured outer value alone, inside a region
+        if cur is not None and cur is not found and cur.alive and cur._encloses(found):
+            return cur
+        return found
     for a in args:
         if isinstance(a, SymbolicDim):
             return current_trace()
@@ -307,7 +359,8 @@ class Tracer:
     def __bool__(self):
         raise TracerConversionError(
             f"the truth value of a traced array ({self.type}) is only known at run time; "
-            f"use relaxjax.numpy.where (or a static argument) instead of Python if/while")
+            f"use relaxjax.numpy.where, relaxjax.lax.cond / while_loop / fori_loop (or a "
+            f"static argument) instead of Python if/while")
 
     def _no_concrete(self, what):
         raise TracerConversionError(

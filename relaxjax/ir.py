@@ -7,8 +7,10 @@ calls one of three kinds of callee, side by side (the cross-level IR of the Rela
 * a loop-level tensor program (``call_tir``): a callee with ``call_kind == "tir"``;
 * an external library function (``call_library``): a callee with ``call_kind == "library"``.
 
-Control flow and transformations are meant to come as interpreters over this IR; a
-binding's ``params`` may later hold nested :class:`Function` regions.
+Structured control flow (``while_loop``, ``fori_loop``, ``scan``, ``cond``) is a primitive
+binding whose ``params`` hold *regions*: nested :class:`IRModule` s (the loop body, the
+branches) that passes transform like any module (:func:`map_regions`) and every backend
+compiles and runs as a module of its own.  The printer shows them inline, indented.
 """
 from __future__ import annotations
 
@@ -183,7 +185,42 @@ def format_param(v: Any) -> str:
         return "[" + ", ".join(format_param(x) for x in v) + "]"
     if isinstance(v, Function):
         return f"@{v.name}"
+    if isinstance(v, IRModule):
+        return f"@{v.entry}"
     return repr(v)
+
+
+def regions(b: Binding) -> list:
+    """The regions (nested modules) in a binding's params, in params order."""
+    out = []
+    for v in b.params.values():
+        if isinstance(v, IRModule):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out.extend(x for x in v if isinstance(x, IRModule))
+    return out
+
+
+def map_regions(module: IRModule, f) -> IRModule:
+    """``module`` with every region of every graph function replaced by ``f(region)``
+    (regions nested in regions are ``f``'s business: it is usually a whole pass)."""
+    fns, changed = {}, False
+    for name, fn in module.functions.items():
+        if not isinstance(fn, Function) or not any(regions(b) for b in fn.bindings):
+            fns[name] = fn
+            continue
+        bindings = []
+        for b in fn.bindings:
+            if regions(b):
+                params = {k: (f(v) if isinstance(v, IRModule) else
+                              tuple(f(x) if isinstance(x, IRModule) else x for x in v)
+                              if isinstance(v, tuple) else v) for k, v in b.params.items()}
+                b = Binding(b.outvars, b.callee, b.args, params, b.source)
+            bindings.append(b)
+        fns[name] = Function(fn.name, fn.params, fn.param_names, bindings, fn.results, fn.bounds,
+                             fn.guards, fn.attrs)
+        changed = True
+    return IRModule(fns, module.entry) if changed else module
 
 
 def value_names(fn: Function) -> dict:
@@ -243,5 +280,7 @@ def print_function(fn: Function) -> str:
         else:
             call = f"{b.callee.name}({', '.join(args)})"
         lines.append(f"  {lhs} = {call}")
+        for r in regions(b):
+            lines.extend("    " + line if line else "" for line in str(r).splitlines())
     lines.append("  return " + ", ".join(atom(r) for r in fn.results))
     return "\n".join(lines)

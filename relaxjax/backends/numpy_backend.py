@@ -15,9 +15,10 @@ import sympy
 
 from ..tir import PrimFunc
 from ..errors import ShapeError
-from ..ir import Binding, Function, IRModule, Literal, Var
+from ..ir import Binding, Function, IRModule, Literal, Var, regions
 from ..library import contiguous, lookup
 from ..shapes import dim_str, free_symbols, is_symbolic
+from .control_flow import ControlFlowRunner
 from .executable import Executable
 from .registry import register_backend
 from ..lax.tir_interp import check_host, compile_primfunc
@@ -119,6 +120,9 @@ class _FunctionInterp:
     def _caller(b: Binding, subs: dict):
         """``call(args, params, D) -> list of results`` for one binding."""
         kind = b.kind
+        if kind == "primitive" and regions(b):      # control flow: regions run as executables
+            runner = ControlFlowRunner(b, NumpyExecutable)
+            return lambda args, params, D: runner.run(D, args, np.empty)
         if kind == "primitive":
             impl = b.callee.impl
             if getattr(b.callee, "multiple_results", False):

@@ -6,7 +6,7 @@ program through FuseTIR, or op by op when it does not fit one.  Host operations
 """
 from __future__ import annotations
 
-from ..ir import Binding, Function, IRModule, Literal, Var
+from ..ir import Binding, Function, IRModule, Literal, Var, regions
 from ..library import LibraryFunc
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
@@ -163,8 +163,13 @@ legalize = Pass("Legalize", _legalize)
 def unlowered(fn: Function) -> list[str]:
     """What a backend that runs loop-level programs cannot run in ``fn``: primitives other
     than host operations, and fused groups not yet lowered (by name, in program order)."""
-    return [b.callee.name for b in fn.bindings
-            if b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function"]
+    left = []
+    for b in fn.bindings:
+        if b.kind == "primitive" and b.callee.name not in HOST_OPS or b.kind == "function":
+            left.append(b.callee.name)
+        for r in regions(b):
+            left += unlowered(r.main)
+    return left
 
 
 def check_lowered(module: IRModule, backend: str) -> None:

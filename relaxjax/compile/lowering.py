@@ -27,7 +27,9 @@ from ..shapes import is_symbolic
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
-HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask"}
+HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask",
+            # structured control flow: the runtimes drive the iterations and run the regions
+            "fori_loop", "while_loop", "scan", "cond"}
 # float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)
 BLAS = {np.dtype("float32"): "blas.sgemm", np.dtype("float64"): "blas.dgemm"}
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..ir import IRModule
+from ..ir import IRModule, map_regions
 from .verify import verify
 
 
@@ -20,7 +20,9 @@ class Pass:
     run: Callable[[IRModule], IRModule]
 
     def __call__(self, module: IRModule) -> IRModule:
-        return self.run(module)
+        """The pass over ``module`` and, first, over every region (loop body, branch) in it,
+        innermost first: a region is a module of its own to every pass."""
+        return self.run(map_regions(module, self))
 
     def __repr__(self) -> str:
         return f"Pass({self.name})"

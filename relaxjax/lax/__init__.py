@@ -10,4 +10,5 @@ from .indexing import (take, take_along_axis, nonzero, boolean_mask, match_cast,
                        dynamic_update_slice_p)
 from .linalg import matmul  # noqa: F401
 from .sorting import sort, argsort  # noqa: F401
+from .control_flow import fori_loop, while_loop, scan, map, cond, switch  # noqa: F401
 from ..core import PRIMITIVES, Primitive, bind  # noqa: F401

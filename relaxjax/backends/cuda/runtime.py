@@ -17,8 +17,9 @@ import numpy as np
 from ...compile.memplan import byte_size
 from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
-from ...ir import Binding, IRModule, Literal, Var
+from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
+from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from .codegen import emit_cuda
 from .device import module_source
@@ -157,6 +158,13 @@ class CudaExecutable(Executable):
                 call([self._value(x, env) for x in b.args], outs)
             return run
         name = b.callee.name
+        if regions(b):          # control flow: a host loop over the regions' executables
+            runner = ControlFlowRunner(b, lambda r: CudaExecutable(r, self._device_factory))
+
+            def run(D, env, blocks):
+                for v, r in zip(b.outvars, runner(D, lambda v: env[v], dev.empty)):
+                    env[v] = dev.asarray(r)
+            return run
         if name == "reshape":
             def run(D, env, blocks):
                 env[b.outvars[0]] = self._value(b.args[0], env).reshape(

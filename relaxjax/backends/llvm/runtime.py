@@ -11,9 +11,10 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ...errors import ShapeError
-from ...ir import Binding, Function, IRModule, Literal, Var
+from ...ir import Binding, Function, IRModule, Literal, Var, regions
 from ...library import BUILTIN, lookup
 from ...shapes import dim_str, eval_dim, is_symbolic
+from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from . import runner_memory, target
 from .buffer_pool import POOL
@@ -69,6 +70,7 @@ class LLVMExecutable(Executable):
             self.slot_of[p] = len(self.slot_of)
         dim_names: list = [s.name for s in fn.dim_vars]
         self.consts: dict = {}
+        self.control: dict = {}
         steps: list = []
         for b in fn.bindings:
             for a in b.args:
@@ -82,6 +84,8 @@ class LLVMExecutable(Executable):
                         dim_names.append(s.name)
             if b.kind == "primitive":
                 steps.append(HostOp(b))
+                if regions(b):          # control flow: its regions compile as executables
+                    self.control[id(b)] = ControlFlowRunner(b, LLVMExecutable)
             elif b.kind == "library" and _python_library(b):
                 steps.append(LibraryHostCall(b))
             else:
@@ -257,6 +261,12 @@ class LLVMExecutable(Executable):
     def _host_op(self, step: int, bufs: list, D: dict, dims) -> None:
         b: Binding = self.steps[step].binding
         name = b.callee.name
+        control = self.control.get(id(b))
+        if control is not None:
+            outs = control(D, lambda v: bufs[self.slot_of[v]], np.empty)
+            for v, r in zip(b.outvars, outs):
+                bufs[self.slot_of[v]] = _contiguous(np.asarray(r))
+            return
         args = [bufs[self.slot_of[a]] if isinstance(a, Var) else np.asarray(a.value, a.type.dtype)
                 for a in b.args]
         out = b.outvars

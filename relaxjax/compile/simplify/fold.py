@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ...ir import Binding, Function, Literal
+from ...ir import Binding, Function, IRModule, Literal, regions
 from ..passes import Pass
 from .common import concrete, differs, has_symbolic, per_function, resolve, rewritable, substitute_vars
 
@@ -16,7 +16,7 @@ FOLD_MAX_ELEMENTS = 1024     # larger constants are computed at run time, not st
 def _fold(b: Binding) -> list | None:
     """Literals for the outputs of ``b`` when all its operands are concrete, else None."""
     if not rewritable(b) or has_symbolic(b.params) or \
-            any(isinstance(p, Function) for p in b.params.values()):
+            any(isinstance(p, (Function, IRModule)) for p in b.params.values()) or regions(b):
         return None
     values = [concrete(a) for a in b.args]
     if any(v is None for v in values):
