@@ -68,6 +68,10 @@ def resolve_ufunc(ufunc_name: str, operands: tuple) -> tuple[tuple[np.dtype, ...
     # NumPy's loop lookup takes int/float for weak scalars but not bool; a Python bool is the
     # lowest kind, so as a strong bool it promotes the same way
     ops = tuple(np.dtype(bool) if o is bool else o for o in operands)
+    if all(isinstance(o, type) for o in ops):
+        # only weak operands (a loop index against a Python int): NumPy's loop lookup would
+        # say object; Python scalars alone compute in their default dtypes
+        ops = tuple(np.result_type(o(0)) for o in ops)
     try:
         res = uf.resolve_dtypes(ops + (None,) * uf.nout)
     except TypeError as e:  # NumPy raises a TypeError subclass when no loop exists

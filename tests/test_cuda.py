@@ -121,6 +121,16 @@ def _corpus() -> list:
                 (S((n, m), "int32"),), -10, 10),
     ]
     out += more
+    out += [      # control flow: the regions' kernels driven from the host
+        Program("fori_loop stencil", lambda x: rj.lax.fori_loop(
+                    0, 3, lambda i, a: a * 0.5 + rnp.roll(a, 1, axis=1) * 0.25 + i, x), (S((n, m), f32),)),
+        Program("while_loop", lambda x: rj.lax.while_loop(
+                    lambda c: c[1] < 4, lambda c: (c[0] * 0.5 + 1.0, c[1] + 1), (x, 0))[0], (S((n, m), f32),)),
+        Program("scan", lambda x: rj.lax.scan(lambda c, r: (c + r, c * r), x[0] * 0.0, x), (S((n, m), f32),),
+                tol=dict(rtol=1e-4, atol=1e-4)),
+        Program("cond", lambda x: rj.lax.cond(x.sum() > 0, lambda a: a * 2.0, lambda a: -a, x),
+                (S((n, m), f32),), tol=dict(rtol=1e-4, atol=1e-4)),
+    ]
 
     def w5(q, k, v):
         s = (q @ k.T) * (1.0 / math.sqrt(q.shape[-1]))

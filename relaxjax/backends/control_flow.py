@@ -80,7 +80,7 @@ class ControlFlowRunner:
               for v in self.binding.outvars[nc:]]
         order = range(length - 1, -1, -1) if p["reverse"] else range(length)
         for t in order:
-            outs = body(dict(D), [x[t] for x in xs] + carry + consts)
+            outs = body(dict(D), [x[t, ...] for x in xs] + carry + consts)   # views, 0-d too
             carry = outs[:nc]
             for y, out in zip(ys, outs[nc:]):
                 y[t] = out

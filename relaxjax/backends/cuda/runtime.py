@@ -74,7 +74,15 @@ class CudaExecutable(Executable):
             if b.kind == "tir" and id(b.callee) not in kernels:
                 kernels[id(b.callee)] = kernel_for(b.callee)
         self.kernels = kernels
-        self.unique_kernels = list({k.phases[0].name: k for k in kernels.values()}.values())
+        # control flow: each region is an executable of its own; its kernels show in this
+        # module's source too (as_text("cuda"), the kernel tests)
+        self.control = {id(b): ControlFlowRunner(b, lambda r: CudaExecutable(r, device_factory))
+                        for b in fn.bindings if b.kind == "primitive" and regions(b)}
+        unique = {k.phases[0].name: k for k in kernels.values()}
+        for runner in self.control.values():
+            for exe in runner.region_executables():
+                unique.update({k.phases[0].name: k for k in exe.unique_kernels})
+        self.unique_kernels = list(unique.values())
         self.source = module_source(self.unique_kernels)
         self._lock = threading.Lock()
 
@@ -158,8 +166,8 @@ class CudaExecutable(Executable):
                 call([self._value(x, env) for x in b.args], outs)
             return run
         name = b.callee.name
-        if regions(b):          # control flow: a host loop over the regions' executables
-            runner = ControlFlowRunner(b, lambda r: CudaExecutable(r, self._device_factory))
+        if id(b) in self.control:       # control flow: a host loop over the regions' executables
+            runner = self.control[id(b)]
 
             def run(D, env, blocks):
                 for v, r in zip(b.outvars, runner(D, lambda v: env[v], dev.empty)):

@@ -1,0 +1,250 @@
+"""Structured control flow (rj.lax.fori_loop, while_loop, scan, map, cond, switch) against
+plain NumPy loops, on every backend: symbolic and traced trip counts, carries of symbolic
+shape, captured values, nesting, one compile across sizes, and precise errors."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+from relaxjax import lax
+from helpers import BACKENDS, SIZES, SMALL_SIZES, arrays, assert_same, tolerance
+
+PER_TEST = settings(max_examples=8, deadline=None)
+
+
+def _jacobi_numpy(a, steps):
+    a = a.copy()
+    for _ in range(steps):
+        b = a.copy()
+        b[1:-1] = (a[:-2] + a[1:-1] + a[2:]) / 3.0
+        a = b
+    return a
+
+
+def _jacobi(a, steps):
+    def body(t, a):
+        return rnp.concatenate([a[:1], (a[:-2] + a[1:-1] + a[2:]) / 3.0, a[-1:]])
+    return lax.fori_loop(0, steps, body, a)
+
+
+@given(n=SIZES.filter(lambda n: n >= 2), steps=st.integers(0, 12), dtype=st.sampled_from(["float32", "float64"]),
+       data=st.data())
+@PER_TEST
+def test_fori_loop_stencil_with_traced_trip_count(n, steps, dtype, data):
+    a = data.draw(arrays(dtype, (n,)), label="a")
+    want = _jacobi_numpy(a, steps)
+    for b in BACKENDS:
+        got = rj.jit(_jacobi, backend=b)(a, np.int64(steps))
+        assert_same(got, want, **tolerance(dtype))
+    assert_same(_jacobi(a, steps), want, **tolerance(dtype))          # eagerly: a Python loop
+
+
+def test_fori_loop_compiles_once_across_sizes_and_trip_counts():
+    f = rj.jit(_jacobi)
+    for n, steps in [(2, 0), (3, 5), (97, 1), (1024, 9), (5, 3)]:
+        a = np.random.default_rng(n).standard_normal(n)
+        assert_same(f(a, np.int64(steps)), _jacobi_numpy(a, steps), **tolerance("float64"))
+    assert f.cache_info().compiles == 1
+
+
+def test_fori_loop_explicit_shapes_need_the_proof():
+    """The stencil keeps its carry's length only for n >= 2: explicit mode must be told."""
+    sig = lambda n: (rj.ShapeDtypeStruct((n,), "float64"), rj.ShapeDtypeStruct((), "int64"))
+    f = rj.jit(_jacobi, shapes=sig(rj.dim("n", min=2)))
+    a = np.arange(7.0)
+    assert_same(f(a, np.int64(4)), _jacobi_numpy(a, 4))
+    with pytest.raises(rj.InconclusiveDimensionError, match="fori_loop's body's carry"):
+        rj.jit(_jacobi, shapes=sig(rj.dim("m")))(a, np.int64(4))
+
+
+@given(shape=st.tuples(SMALL_SIZES, SMALL_SIZES), data=st.data())
+@PER_TEST
+def test_fori_loop_dim_trip_count_index_and_captures(shape, data):
+    """The trip count is a dim, the body indexes with the loop index and reads arrays of
+    the enclosing function (captured), and the carry is a pytree with a Python scalar."""
+    x = data.draw(arrays("float64", shape), label="x")
+    w = data.draw(arrays("float64", shape[1:]), label="w")
+
+    def f(x, w):
+        scale = w * 2.0
+
+        def body(i, c):
+            return {"acc": c["acc"] + x[i] * scale, "count": c["count"] + i}
+        return lax.fori_loop(0, x.shape[0], body, {"acc": rnp.zeros_like(w), "count": 0})
+
+    acc, count = np.zeros_like(w), 0
+    for i in range(shape[0]):
+        acc, count = acc + x[i] * (w * 2.0), count + i
+    for b in BACKENDS:
+        got = rj.jit(f, backend=b)(x, w)
+        assert_same(got["acc"], acc, rtol=1e-12, atol=1e-9)
+        assert int(got["count"]) == count
+
+
+@given(n=SMALL_SIZES, data=st.data())
+@PER_TEST
+def test_nested_loops_with_a_trip_count_from_the_outer_index(n, data):
+    x = data.draw(arrays("float64", (n,)), label="x")
+
+    def f(x):
+        def outer(i, c):
+            return lax.fori_loop(0, i + 1, lambda j, d: d + x[j] * (i + 1), c)
+        return lax.fori_loop(0, x.shape[0], outer, 0.0)
+
+    want = sum(x[j] * (i + 1) for i in range(n) for j in range(i + 1))
+    for b in BACKENDS:
+        got = rj.jit(f, backend=b)(x)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+@given(n=SMALL_SIZES, data=st.data())
+@PER_TEST
+def test_while_loop_data_dependent_termination(n, data):
+    """Halve until the sum drops below 1, counting the steps: the trip count is data."""
+    x = data.draw(arrays("float64", (n,), lo=0.0, hi=1e6), label="x")
+
+    def f(x):
+        return lax.while_loop(lambda c: c[0].sum() >= 1.0, lambda c: (c[0] * 0.5, c[1] + 1), (x, 0))
+
+    y, k = x, 0
+    while y.sum() >= 1.0:
+        y, k = y * 0.5, k + 1
+    for b in BACKENDS:
+        got_y, got_k = rj.jit(f, backend=b)(x)
+        assert_same(got_y, y)
+        assert int(got_k) == k
+    assert_same(f(x)[0], y)
+
+
+@given(shape=st.tuples(SMALL_SIZES, SMALL_SIZES), reverse=st.booleans(), data=st.data())
+@PER_TEST
+def test_scan_stacks_outputs_and_runs_in_reverse(shape, reverse, data):
+    xs = data.draw(arrays("float32", shape), label="xs")
+    ws = data.draw(arrays("float32", shape[:1]), label="ws")
+
+    def f(xs, ws):
+        def step(c, x):
+            row, w = x["row"], x["w"]
+            c = c * 0.5 + row * w
+            return c, (c.sum(), c * 2.0)
+        return lax.scan(step, rnp.zeros(xs.shape[1], xs.dtype), {"row": xs, "w": ws}, reverse=reverse)
+
+    c = np.zeros(shape[1], np.float32)
+    sums, twice = [None] * shape[0], [None] * shape[0]
+    for t in (range(shape[0] - 1, -1, -1) if reverse else range(shape[0])):
+        c = c * np.float32(0.5) + xs[t] * ws[t]
+        sums[t], twice[t] = c.sum(), c * np.float32(2.0)
+    want = (c, (np.array(sums, np.float32), np.stack(twice)))
+    tol = dict(rtol=1e-4, atol=1e-3)
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(xs, ws), want, **tol)
+    assert_same(f(xs, ws), want, **tol)
+
+
+def test_scan_with_length_only_and_map():
+    def f(x):
+        carry, ys = lax.scan(lambda c, _: (c * 2.0, c + x), x, None, length=4)
+        return carry, ys, lax.map(lambda r: (r * r).sum(), ys)
+    x = np.arange(3.0)
+    ys = np.stack([x * 2.0 ** t + x for t in range(4)])
+    want = (x * 16.0, ys, (ys * ys).sum(axis=1))
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x), want)
+    assert_same(f(x), want)
+
+
+@given(n=SMALL_SIZES, data=st.data())
+@PER_TEST
+def test_cond_and_switch_run_the_chosen_branch(n, data):
+    x = data.draw(arrays("float64", (n,)), label="x")
+    k = data.draw(st.integers(-2, 5), label="k")
+
+    def f(x, k):
+        w = x[::-1]
+        a = lax.cond(x.sum() > 0, lambda v: v * 2.0 + w, lambda v: v - 1, x)
+        s = lax.switch(k, [lambda v: v + 1.0, lambda v: v * v, lambda v: -v], x)
+        return a, s
+
+    a = x * 2.0 + x[::-1] if x.sum() > 0 else x - 1
+    s = [x + 1.0, x * x, -x][min(max(k, 0), 2)]
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x, np.int64(k)), (a, s))
+    assert_same(f(x, k), (a, s))
+
+
+def test_cond_promotes_a_weak_branch_and_takes_python_predicates():
+    def f(x):
+        return lax.cond(x[0] > 0, lambda v: v.sum(), lambda v: 0.0, x)
+    for b in BACKENDS:
+        got = rj.jit(f, backend=b)(np.array([1.0, 2.0], np.float32))
+        assert got.dtype == np.float32 and got == 3.0
+        assert rj.jit(f, backend=b)(np.array([-1.0, 2.0], np.float32)) == 0.0
+    # a Python predicate picks its branch while tracing: no cond in the IR
+    g = rj.jit(lambda x: lax.cond(x.shape[0] > 2, lambda v: v + 1.0, lambda v: v - 1.0, x))
+    assert_same(g(np.zeros(3)), np.ones(3))
+    assert "cond" not in g.lower(np.zeros(3)).as_text()
+
+
+def test_region_with_a_data_dependent_dim_and_a_matmul():
+    """A body may bind dims of its own (a boolean mask) and call BLAS."""
+    def f(x, w):
+        def body(i, c):
+            h = rnp.tanh(c @ w)
+            return h + h[h > 0].sum() * 1e-3
+        return lax.fori_loop(0, 3, body, x)
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((5, 4)), rng.standard_normal((4, 4))
+    want = x
+    for _ in range(3):
+        h = np.tanh(want @ w)
+        want = h + h[h > 0].sum() * 1e-3
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x, w), want, rtol=1e-10, atol=1e-10)
+
+
+def test_carry_dtype_rules():
+    # a weak Python scalar takes the body's dtype; a safe cast widens like NumPy's rebinding
+    f = rj.jit(lambda x: lax.fori_loop(0, 3, lambda i, c: c + x.sum(), 0.0))
+    assert f(np.ones(2, np.float32)).dtype == np.float32
+    g = rj.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: c + 0.5, x))
+    assert g(np.int64(1)) == 2.0 and g(np.int64(1)).dtype == np.float64
+    with pytest.raises(TypeError, match="dtype int32 where the carry has float64"):
+        rj.jit(lambda x: lax.fori_loop(0, 3, lambda i, c: c.astype(np.int32), x))(np.ones(3))
+
+
+def test_errors_name_what_is_wrong():
+    x = np.ones(3)
+    with pytest.raises(rj.ShapeError, match=r"carry .* axis 0: x0 \+ 1 where the carry has x0"):
+        rj.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: rnp.concatenate([c, c[:1]]), x))(x)
+    with pytest.raises(TypeError, match="returned a carry of structure"):
+        rj.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: (c, c), x))(x)
+    with pytest.raises(TypeError, match="cond must return a boolean scalar, got f64"):
+        rj.jit(lambda x: lax.while_loop(lambda c: c, lambda c: c, x))(x)
+    with pytest.raises(rj.ShapeError, match="the true branch's result"):
+        rj.jit(lambda x: lax.cond(x.sum() > 0, lambda a: a, lambda a: a[1:], x))(x)
+    with pytest.raises(TypeError, match="different structures"):
+        rj.jit(lambda x: lax.cond(x.sum() > 0, lambda a: (a, a), lambda a: a, x))(x)
+    with pytest.raises(rj.ShapeError, match="scan: xs .* has leading axis"):
+        rj.jit(lambda x, y: lax.scan(lambda c, v: (c, v), 0.0, (x, y)))(x, np.ones(4))
+    with pytest.raises(TypeError, match="must be an integer scalar"):
+        rj.jit(lambda x: lax.fori_loop(0, x.sum(), lambda i, c: c, x))(x)
+    with pytest.raises(TypeError, match="pair"):
+        rj.jit(lambda x: lax.scan(lambda c, v: c, 0.0, x))(x)
+
+
+def test_ir_prints_regions_inline_and_pickles():
+    low = rj.jit(_jacobi).lower(rj.ShapeDtypeStruct((rj.dim("n", min=2),), "float32"),
+                                rj.ShapeDtypeStruct((), "int64"))
+    text = low.as_text()
+    assert "b: f32[n] = fori_loop(0, steps, a, body=@fori_body, n_carry=1)" in text
+    assert "    def fori_body(p0: i64[], p1: f32[n]) -> f32[n]:" in text
+    assert "call_tir" in low.as_text("optimized")          # the body was lowered
+    again = pickle.loads(pickle.dumps(low.module))             # the persistent cache stores it
+    assert str(again) == str(low.module)
