@@ -299,8 +299,8 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
         backend: str | None = None, pipeline: Sequence[Pass] | None = None):
     """Compile ``fun`` for dynamic shapes.
 
-    Without ``shapes`` (automatic mode) the first call makes every dimension of size >= 1 a
-    symbol and specializes size 0; what the trace needs to know about a symbol (whether it is
+    Without ``shapes`` (automatic mode) the first call makes every dimension a symbol (of
+    bounds [1, inf), or [0, inf) when it is first seen empty); what the trace needs to know about a symbol (whether it is
     1 where it broadcasts, an equality, ...) is recorded as a guard, and a call that fails a
     guard traces a new entry.  With ``shapes``
     (one :class:`ShapeDtypeStruct` pytree per positional argument) the declared symbolic

@@ -79,9 +79,6 @@ class Leaf:
         a = self.value if on_device(self.value) else np.asarray(self.value)
         dims = []
         for ax, n in enumerate(a.shape):
-            if n == 0:
-                dims.append(n)                          # size 0 is specialized
-                continue
             base = self.ident if not self.ident[-1].isdigit() else self.ident + "_"
             nm, k = f"{base}{ax}", 0
             while nm in taken:
@@ -89,7 +86,10 @@ class Leaf:
                 nm = f"{base}{ax}_{k}"
             taken.add(nm)
             s = symbol(nm)
-            env.declare(s, 1, INF, value=n)
+            # a dim first seen empty ranges over [0, inf): the entry serves the sizes a
+            # growing cache takes next (the guards the trace needed permitting); otherwise
+            # [1, inf), where more relations are provable (n - 1 >= 0)
+            env.declare(s, 0 if n == 0 else 1, INF, value=n)
             dims.append(s)
         return TensorType(tuple(dims), a.dtype)
 

@@ -481,6 +481,31 @@ class ShapeEnv:
         self._decided.clear()
         if op == "==":
             self._substitute(normalize(sympy.expand(sympy.sympify(a) - b)))
+        elif op in (">=", ">", "<=", "<"):
+            self._tighten(op, a, b)
+
+    def _tighten(self, op: str, a: Dim, b: Dim) -> None:
+        """A guarded inequality on one dim (``n - 2 >= 0``) becomes its bound, so later
+        proofs know it (``max(0, n - 2)`` is then ``n - 2``); the entry's binder checks
+        bounds like guards."""
+        d = normalize(sympy.expand(sympy.sympify(a) - b) if op in (">=", ">") else
+                      sympy.expand(sympy.sympify(b) - a))
+        if op in (">", "<"):
+            d = normalize(d - 1)                               # d >= 0 from here
+        if isinstance(d, int) or len(d.free_symbols) != 1:
+            return
+        (sym,) = d.free_symbols
+        if not d.is_polynomial(sym) or sympy.degree(d, sym) != 1 or sym not in self.bounds:
+            return
+        coeff, rest = d.coeff(sym, 1), normalize(d.coeff(sym, 0))
+        if coeff not in (1, -1) or not isinstance(rest, int):
+            return
+        lo, hi = self.bounds[sym]
+        if coeff == 1:
+            lo = max(lo, -rest)
+        else:
+            hi = min(hi, rest)
+        self.bounds[sym] = (lo, hi)
 
     def _substitute(self, d: Dim) -> None:
         """After proving ``d == 0``, eliminate its newest symbol of coefficient +-1."""

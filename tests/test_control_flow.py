@@ -248,3 +248,44 @@ def test_ir_prints_regions_inline_and_pickles():
     assert "call_tir" in low.as_text("optimized")          # the body was lowered
     again = pickle.loads(pickle.dumps(low.module))             # the persistent cache stores it
     assert str(again) == str(low.module)
+
+
+def _native_plans(jitted, *args):
+    exe = jitted.lower(*args).compile()._entry.executable
+    return [r.native for r in exe.control.values()]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 7])
+def test_llvm_runs_a_one_segment_fori_body_natively(steps):
+    """A body that compiled to one native segment runs the whole loop in one native call,
+    double-buffering its carries: every trip-count parity gives NumPy's answer, a carry
+    passed through unchanged stays the caller's, and the inputs are never written."""
+    def f(x, w, k):
+        def body(i, c):
+            a, b, keep = c
+            return rnp.tanh(a @ w) + b * 0.5 + i, a - b, keep
+        return lax.fori_loop(0, k, body, (x, x * 2.0, w))
+    rng = np.random.default_rng(steps)
+    x, w = rng.standard_normal((6, 4)), rng.standard_normal((4, 4))
+    x0, w0 = x.copy(), w.copy()
+    a, b = x, x * 2.0
+    for i in range(steps):
+        a, b = np.tanh(a @ w) + b * 0.5 + i, a - b
+    jf = rj.jit(f)
+    assert all(p is not None for p in _native_plans(jf, x, w, np.int64(steps)))
+    got = jf(x, w, np.int64(steps))
+    assert_same(got[:2], (a, b), rtol=1e-12, atol=1e-12)
+    assert_same(got[2], w)
+    assert np.array_equal(x, x0) and np.array_equal(w, w0)
+
+
+def test_bodies_with_host_steps_use_the_host_driver():
+    """A body with a host operation between kernels (a boolean mask binds a dim) cannot run
+    as one native call: it takes the host driver, with the same results."""
+    f = rj.jit(lambda x: lax.fori_loop(0, 3, lambda i, c: c + c[c > 0].sum(), x))
+    x = np.array([1.0, -2.0, 3.0])
+    assert _native_plans(f, x) == [None]
+    want = x
+    for _ in range(3):
+        want = want + want[want > 0].sum()
+    assert_same(f(x), want)

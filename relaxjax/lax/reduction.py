@@ -12,12 +12,21 @@ def _reduce_shape(env, x, *, axes):
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
+def _empty(env, d) -> bool:
+    """Whether an axis without an identity to reduce to is empty: proved, or in automatic
+    mode guarded (a dim first seen empty is a symbol that may be 0)."""
+    r = env.try_prove("==", d, 0)
+    if r is None and env.can_guard(d, 0):
+        return env.decide("==", d, 0, "an empty reduction axis")
+    return bool(r)
+
+
 def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None) -> Primitive:
     """``identity=False``: the reduction has no identity (max/min), so empty axes are an error."""
     def shape_rule(env, x, *, axes):
         if not identity:
             for a in axes:
-                if env.try_prove("==", x.shape[a], 0):
+                if _empty(env, x.shape[a]):
                     raise ShapeError(f"{name}: zero-size axis {a} has no identity")
         return _reduce_shape(env, x, axes=axes)
 
@@ -40,7 +49,7 @@ reduce_or = reduction("reduce_or", np.any, out_dtype=bool)
 
 def _arg_reduction(name, np_fn):
     def shape_rule(env, x, *, axis):
-        if env.try_prove("==", x.shape[axis], 0):
+        if _empty(env, x.shape[axis]):
             raise ShapeError(f"{name}: attempt to get {name} of an empty axis ({dim_str(x.shape[axis])})")
         return _reduce_shape(env, x, axes=(axis,))
     return Primitive(name, shape_rule=shape_rule, dtype_rule=lambda x, *, axis: np.dtype("int64"),

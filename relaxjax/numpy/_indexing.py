@@ -63,7 +63,12 @@ def _normalize_slice(sl: slice, d):
         span = _sub(start, stop)
         size = floordiv(span - step - 1, -step) if step != -1 else span
     if not e.try_prove(">=", size, 0):
-        size = dmax(size, 0)
+        # automatic mode: guard the sign of the size (a[1:-1] is n - 2 long for n >= 2, and
+        # empty below), so shapes stay plain expressions that fusion can prove equal
+        if e.can_guard(size, 0):
+            size = size if e.decide(">=", size, 0, "slice size") else 0
+        else:
+            size = dmax(size, 0)
     return start, normalize(size), step
 
 

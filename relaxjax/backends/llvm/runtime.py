@@ -14,7 +14,6 @@ from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
 from ...library import BUILTIN, lookup
 from ...shapes import dim_str, eval_dim, is_symbolic
-from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from . import runner_memory, target
 from .buffer_pool import POOL
@@ -23,6 +22,7 @@ from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_kernel, compile_l
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from .host import HostCheck, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
+from .native_loop import LLVMControlFlow
 
 
 
@@ -85,7 +85,7 @@ class LLVMExecutable(Executable):
             if b.kind == "primitive":
                 steps.append(HostOp(b))
                 if regions(b):          # control flow: its regions compile as executables
-                    self.control[id(b)] = ControlFlowRunner(b, LLVMExecutable)
+                    self.control[id(b)] = LLVMControlFlow(b, LLVMExecutable)
             elif b.kind == "library" and _python_library(b):
                 steps.append(LibraryHostCall(b))
             else:
