@@ -50,6 +50,14 @@ class _Fn:
         return t
 
 
+# A worker of the OpenMP team that starts this many cycles (~0.3 ms) after the fork means
+# another process holds the cores: the join waits for it, at ten times a kernel's cost when
+# the machine is busy.  Kernels then stay on the calling thread for ``SERIAL_CYCLES`` (~50 ms)
+# before they try the team again.
+LATE_CYCLES = 1_000_000
+SERIAL_CYCLES = 150_000_000
+
+
 class KernelEmitter:
     def __init__(self, f: PrimFunc, sym: str):
         self.f = f
@@ -104,22 +112,46 @@ class KernelEmitter:
         return vals
 
     def _omp_fn(self) -> str:
+        """Each thread of the team takes chunks of the parallel loop from a shared counter
+        (about four per thread), so a thread the OS has not yet scheduled leaves its share
+        to the others; a worker that starts more than ``LATE_CYCLES`` after the fork marks
+        the machine busy (``ctx[4]``)."""
         fn = _Fn()
         args = fn.val("ptr", "load ptr, ptr %ctx")
-        p = fn.val("ptr", "getelementptr i64, ptr %ctx, i64 1")
-        n = fn.val("i64", f"load i64, ptr {p}")
-        tid = fn.val("i64", "call i32 @omp_get_thread_num()")
+        n = fn.val("i64", f"load i64, ptr {fn.val('ptr', 'getelementptr i64, ptr %ctx, i64 1')}")
+        start = fn.val("i64", f"load i64, ptr {fn.val('ptr', 'getelementptr i64, ptr %ctx, i64 2')}")
+        counter = fn.val("ptr", "getelementptr i64, ptr %ctx, i64 3")
+        late_flag = fn.val("ptr", "getelementptr i64, ptr %ctx, i64 4")
+        tid = fn.val("i32", "call i32 @omp_get_thread_num()")
         nt = fn.val("i32", "call i32 @omp_get_num_threads()")
-        tid64 = fn.val("i64", f"sext i32 {tid} to i64")
+        now = fn.val("i64", "call i64 @llvm.readcyclecounter()")
+        waited = fn.val("i64", f"sub i64 {now}, {start}")
+        late = fn.val("i1", f"icmp ugt i64 {waited}, {LATE_CYCLES}")
+        worker = fn.val("i1", f"icmp ne i32 {tid}, 0")
+        mark = fn.val("i1", f"and i1 {late}, {worker}")
+        fn.emit(f"br i1 {mark}, label %late, label %work")
+        fn.start_block("late")
+        fn.emit(f"store atomic i64 1, ptr {late_flag} monotonic, align 8")
+        fn.emit("br label %work")
+        fn.start_block("work")
         nt64 = fn.val("i64", f"sext i32 {nt} to i64")
-        s = fn.val("i64", f"add i64 {n}, {nt64}")
+        pieces = fn.val("i64", f"mul i64 {nt64}, 4")
+        s = fn.val("i64", f"add i64 {n}, {pieces}")
         s = fn.val("i64", f"sub i64 {s}, 1")
-        chunk = fn.val("i64", f"sdiv i64 {s}, {nt64}")
-        lo = fn.val("i64", f"mul i64 {tid64}, {chunk}")
+        chunk = fn.val("i64", f"sdiv i64 {s}, {pieces}")
+        chunk = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {chunk}, i64 1)")
+        vals = self._arg_list(args, fn)
+        fn.emit("br label %next")
+        fn.start_block("next")
+        lo = fn.val("i64", f"atomicrmw add ptr {counter}, i64 {chunk} monotonic")
+        more = fn.val("i1", f"icmp slt i64 {lo}, {n}")
+        fn.emit(f"br i1 {more}, label %chunk, label %done")
+        fn.start_block("chunk")
         hi = fn.val("i64", f"add i64 {lo}, {chunk}")
         hi = fn.val("i64", f"call i64 @llvm.smin.i64(i64 {hi}, i64 {n})")
-        vals = self._arg_list(args, fn)
         fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 {lo}, i64 {hi})")
+        fn.emit("br label %next")
+        fn.start_block("done")
         fn.emit("ret void")
         return "\n".join([f"define internal void @{self.sym}.omp(ptr %ctx) {{\nentry:"] + fn.lines + ["}"])
 
@@ -138,18 +170,33 @@ class KernelEmitter:
             big = fn.val("i1", f"icmp sge i64 {work}, {minwork}")
             many = fn.val("i1", f"icmp sgt i64 {ext}, 1")
             multi = fn.val("i1", f"icmp ne i32 {nthreads}, 1")
+            # a team whose worker started late (another process holds the cores) waits for
+            # it at the join; for a while after, kernels stay on the calling thread
+            now = fn.val("i64", "call i64 @llvm.readcyclecounter()")
+            until = fn.val("i64", "load atomic i64, ptr @rj_serial_until monotonic, align 8")
+            calm = fn.val("i1", f"icmp uge i64 {now}, {until}")
             go = fn.val("i1", f"and i1 {big}, {many}")
             go = fn.val("i1", f"and i1 {go}, {multi}")
+            go = fn.val("i1", f"and i1 {go}, {calm}")
             fn.emit(f"br i1 {go}, label %par, label %ser")
             fn.start_block("ser")
             fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 0, i64 {ext})")
             fn.emit("ret void")
             fn.start_block("par")
-            ctx = fn.val("ptr", "alloca [2 x i64]")
+            ctx = fn.val("ptr", "alloca [5 x i64]")
             fn.emit(f"store ptr %args, ptr {ctx}")
-            p = fn.val("ptr", f"getelementptr i64, ptr {ctx}, i64 1")
-            fn.emit(f"store i64 {ext}, ptr {p}")
+            for k, v in ((1, ext), (2, now), (3, "0"), (4, "0")):
+                fn.emit(f"store i64 {v}, ptr {fn.val('ptr', f'getelementptr i64, ptr {ctx}, i64 {k}')}")
             fn.emit(f"call void @GOMP_parallel(ptr @{self.sym}.omp, ptr {ctx}, i32 {nthreads}, i32 0)")
+            late = fn.val("i64", f"load i64, ptr {fn.val('ptr', f'getelementptr i64, ptr {ctx}, i64 4')}")
+            busy = fn.val("i1", f"icmp ne i64 {late}, 0")
+            fn.emit(f"br i1 {busy}, label %busy, label %joined")
+            fn.start_block("busy")
+            t = fn.val("i64", "call i64 @llvm.readcyclecounter()")
+            t = fn.val("i64", f"add i64 {t}, {SERIAL_CYCLES}")
+            fn.emit(f"store atomic i64 {t}, ptr @rj_serial_until monotonic, align 8")
+            fn.emit("ret void")
+            fn.start_block("joined")
             fn.emit("ret void")
         return "\n".join([f"define void @{self.sym}(ptr %args) {{\nentry:"] + fn.lines + ["}"])
 

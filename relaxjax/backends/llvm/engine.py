@@ -31,11 +31,14 @@ from .codegen import KernelEmitter, helper_source
 DEFAULT_PARALLEL_MIN_WORK = 1 << 17
 NUM_THREADS = ctypes.c_int32(0)
 PARALLEL_MIN_WORK = ctypes.c_int64(DEFAULT_PARALLEL_MIN_WORK)
+SERIAL_UNTIL = ctypes.c_int64(0)      # cycle counter value until which kernels stay serial
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
+                  "rj_serial_until": [SERIAL_UNTIL],
                   "rj_blas_sgemm": [ctypes.c_void_p(None)], "rj_blas_dgemm": [ctypes.c_void_p(None)]}
 _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
 @rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
+@rj_serial_until = global i64 0
 @rj_blas_sgemm = global ptr null
 @rj_blas_dgemm = global ptr null
 """
@@ -218,7 +221,7 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
     body = em.emit()
     decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
              "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
-             "declare i64 @llvm.smin.i64(i64, i64)"}
+             "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.readcyclecounter()"}
     helpers = []
     for h in sorted(em.helpers_used, key=str):
         src = helper_source(h)
@@ -227,7 +230,8 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
         if rest.strip():
             helpers.append(rest)
     text = "\n\n".join(
-        ["@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64",
+        ["@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64\n"
+         "@rj_serial_until = external global i64",
          "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))] + helpers + [body] +
         ['attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }']) + "\n"
     sym = "rjk_" + hashlib.sha256(text.encode()).hexdigest()[:20]
