@@ -244,3 +244,18 @@ def test_fused_group_whose_arguments_show_dims_only_in_products(backend):
     for shape in [(2, 1, 2), (5, 1, 3), (3, 1, 7)]:
         a, b = rng.standard_normal((1, 1)), rng.standard_normal(shape)
         np.testing.assert_allclose(f(a, b), np.einsum("...ij,...jk->...ik", a, b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shifted_slices_of_a_stencil_fuse_into_one_loop(backend):
+    """The three shifted reads of a 3-point stencil are sibling producers of one count: one
+    loop nest computes them and their sum (automatic mode guards n >= 2 for the slices)."""
+    f = rj.jit(lambda a: (a[:-2] + a[1:-1] + a[2:]) / 3.0, backend=backend)
+    text = f.lower(np.zeros(10)).as_text("optimized")
+    assert "f64[a0 - 2]" in text
+    if backend == "llvm":
+        main = text.split("@tir")[0]
+        assert main.count("call_tir(") == 1, text
+    for n in (2, 3, 10, 257):
+        a = np.random.default_rng(n).standard_normal(n)
+        np.testing.assert_allclose(f(a), (a[:-2] + a[1:-1] + a[2:]) / 3.0, rtol=1e-12)

@@ -86,3 +86,32 @@ def test_errors_name_the_problem():
         rnp.diag(np.ones((2, 2, 2)))
     with pytest.raises(ValueError, match="same length"):
         rnp.roll(np.ones((2, 2)), (1, 2), 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mkn", [(5, 7, 1), (1, 7, 5), (1, 1, 1), (3, 0, 1), (1, 0, 4), (6, 3, 2), (257, 13, 1)])
+def test_matrix_vector_products_and_empty_contractions(dtype, mkn):
+    """One column or one row: a BLAS gemv on the CPU (not a gemm of that shape); K == 0
+    still writes zeros."""
+    M, K, N = mkn
+    rng = np.random.default_rng(M * 100 + K * 10 + N)
+    a, b = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+    x, y = rng.standard_normal(K).astype(dtype), rng.standard_normal(M).astype(dtype)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    for backend in rj.backends.available_backends():
+        f = rj.jit(lambda a, b, x, y: (a @ b, a @ x, y @ a), backend=backend)
+        for got, want in zip(f(a, b, x, y), (a @ b, a @ x, y @ a)):
+            np.testing.assert_allclose(got, want, **tol)
+    text = rj.jit(lambda a, x: a @ x).lower(a, x).as_text("llvm")
+    assert "gemv" in text
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (1, 1, 7), (2, 3, 6, 5)])
+def test_batched_times_matrix_is_one_gemm(shape):
+    """(..., M, K) @ (K, N) flattens its leading dims into the rows of one gemm."""
+    rng = np.random.default_rng(len(shape))
+    t, w = rng.standard_normal(shape), rng.standard_normal((shape[-1], 3))
+    for backend in rj.backends.available_backends():
+        np.testing.assert_allclose(rj.jit(lambda t, w: t @ w, backend=backend)(t, w), t @ w, rtol=1e-12, atol=1e-12)
+    text = rj.jit(lambda t, w: t @ w).lower(t, w).as_text("llvm")
+    assert "gbody" not in text            # no loop of gemms over the batch

@@ -148,6 +148,15 @@ class _Fuser:
         return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
             not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
 
+    def siblings(self, g: _Group, h: _Group) -> bool:
+        """An injective group ``h`` feeding ``g``'s newest member, over the same element
+        count, with no path between them through a third group: one loop computes both."""
+        if g.kind != "injective" or h.kind != "injective" or g.count is None or h.count is None or \
+                not self.equal(g.count, h.count):
+            return False
+        return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
+            not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
+
     def merge(self, g: _Group, h: _Group) -> None:
         g.members = sorted(g.members + h.members)
         g.deps = (g.deps | h.deps) - {g.id, h.id}
@@ -198,8 +207,10 @@ class _Fuser:
                     if h != target.id and self.constant(self.groups[h], index):
                         self.merge(target, self.groups[h])
                 producers = [self.canonical(h) for h in producers]
-                for h in producers:          # sibling row-wise groups over the same rows
-                    if h != target.id and self.mergeable(target, self.groups[h]):
+                for h in producers:          # sibling row-wise groups over the same rows,
+                    # or elementwise siblings of one count (the shifted slices of a stencil)
+                    if h != target.id and (self.mergeable(target, self.groups[h]) or
+                                           self.siblings(target, self.groups[h])):
                         self.merge(target, self.groups[h])
                 producers = [self.canonical(h) for h in producers]
             target.deps.update(h for h in producers if h != target.id)

@@ -175,6 +175,12 @@ class SegmentEmitter(KernelEmitter):
         lda = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {K}, i64 1)")
         ldb = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {N}, i64 1)")
         self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
+        if nb and len(bsh) == 2 and tuple(ash[:-2]) == tuple(osh[:-2]):
+            # (..., M, K) @ (K, N): the batch is more rows of one gemm (row-major, contiguous)
+            rows = from_sympy(osh[-2])
+            for d in osh[:nb]:
+                rows = rows * from_sympy(d)
+            M, nb = self._expr(rows), 0
         if nb == 0:
             self._gemm_call(sym, ty, M, N, K, pa, lda, pb, ldb, pc)
             return
@@ -226,13 +232,38 @@ class SegmentEmitter(KernelEmitter):
         del self.env["t"]
 
     def _gemm_call(self, sym, ty, M, N, K, pa, lda, pb, ldb, pc) -> None:
-        # CblasRowMajor = 101, CblasNoTrans = 111; ldc = max(N, 1) like ldb
+        """C = A @ B; a product with one column (N == 1) or one row (M == 1) is a gemv,
+        which OpenBLAS runs several times faster than a gemm of that shape."""
+        # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112; ldc = max(N, 1) like ldb
         fn = self.fn
         nz = fn.val("i64", f"mul i64 {M}, {N}")
         go = fn.val("i1", f"icmp sgt i64 {nz}, 0")
         yes, no = fn.label("gcall"), fn.label("gskip")
         fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
         fn.start_block(yes)
+        gemv = f"{sym[:-2]}mv"           # @rj_blas_sgemm -> @rj_blas_sgemv
+        _, (prefix, suffix) = target.openblas()
+        self.helpers_used.add(f"{gemv} = external global ptr  ; -> {prefix}{gemv[9:]}{suffix}")
+        col = fn.val("i1", f"icmp eq i64 {N}, 1")
+        row = fn.val("i1", f"icmp eq i64 {M}, 1")
+        deep = fn.val("i1", f"icmp sgt i64 {K}, 0")     # gemv leaves y unwritten when K == 0
+        vec = fn.val("i1", f"or i1 {col}, {row}")
+        vec = fn.val("i1", f"and i1 {vec}, {deep}")
+        mv, mm = fn.label("gemv"), fn.label("gemm")
+        fn.emit(f"br i1 {vec}, label %{mv}, label %{mm}")
+        fn.start_block(mv)
+        g = fn.val("ptr", f"load ptr, ptr {gemv}")
+        cv, rv = fn.label("gemvcol"), fn.label("gemvrow")
+        fn.emit(f"br i1 {col}, label %{cv}, label %{rv}")
+        fn.start_block(cv)                 # c[M] = A[M, K] @ b[K]
+        fn.emit(f"call void {g}(i32 101, i32 111, i64 {M}, i64 {K}, {ty} 1.0, ptr {pa}, i64 {lda}, "
+                f"ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 1)")
+        fn.emit(f"br label %{no}")
+        fn.start_block(rv)                 # c[N] = a[K] @ B[K, N] = B^T a
+        fn.emit(f"call void {g}(i32 101, i32 112, i64 {K}, i64 {N}, {ty} 1.0, ptr {pb}, i64 {ldb}, "
+                f"ptr {pa}, i64 1, {ty} 0.0, ptr {pc}, i64 1)")
+        fn.emit(f"br label %{no}")
+        fn.start_block(mm)
         f = fn.val("ptr", f"load ptr, ptr {sym}")
         fn.emit(f"call void {f}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} 1.0, "
                 f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 {ldb})")

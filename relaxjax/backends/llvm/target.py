@@ -199,7 +199,7 @@ def _openblas_candidates():
 
 @functools.lru_cache(maxsize=None)
 def blas_function(name: str) -> int | None:
-    """The address of NumPy's OpenBLAS ``cblas_<name>`` (``name`` is "sgemm" or "dgemm"),
+    """The address of NumPy's OpenBLAS ``cblas_<name>`` ("sgemm", "dgemm", "sgemv", "dgemv"),
     which generated code calls through a global function pointer (never a baked address)."""
     found = openblas()
     if found is None:

@@ -1,0 +1,116 @@
+"""Time-step loops: relaxjax's ``fori_loop`` (native on LLVM, and through the host driver)
+against the same loop in NumPy, on a quiet machine and with another process burning a core.
+
+Two stencils, written as NumPy users write them (the heat equation's explicit step on a 2-D
+grid, as in NPBench's heat-3d and jacobi-2d, here in 2-D; and 1-D Jacobi), each over a small,
+a middle and a large grid.  Medians of repeated calls, after a warm-up call (the compile).
+
+    python benchmarks/loops.py              # quiet, then busy
+    python benchmarks/loops.py --no-busy
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import time
+
+import numpy as np
+
+import relaxjax as rj
+import relaxjax.numpy as rnp
+from relaxjax import lax
+from relaxjax.backends.llvm import native_loop
+
+
+def heat_step(xp, a):
+    inner = (0.125 * (a[2:, 1:-1] - 2.0 * a[1:-1, 1:-1] + a[:-2, 1:-1])
+             + 0.125 * (a[1:-1, 2:] - 2.0 * a[1:-1, 1:-1] + a[1:-1, :-2]) + a[1:-1, 1:-1])
+    return xp.pad(inner, 1) + a * (1.0 - xp.pad(xp.ones_like(inner), 1))
+
+
+def jacobi_step(xp, a):
+    return xp.concatenate([a[:1], (a[:-2] + a[1:-1] + a[2:]) / 3.0, a[-1:]])
+
+
+def numpy_loop(step):
+    def run(a, steps):
+        for _ in range(int(steps)):
+            a = step(np, a)
+        return a
+    return run
+
+
+def relaxjax_loop(step):
+    return lambda a, steps: lax.fori_loop(0, steps, lambda t, a: step(rnp, a), a)
+
+
+CASES = [("heat 2-D", heat_step, [(32, 32), (256, 256), (1024, 1024)], 200),
+         ("jacobi 1-D", jacobi_step, [(64,), (4096,), (1 << 20,)], 400)]
+
+
+def _median(fn, reps: int = 7) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _burn(stop):
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+def run(label: str) -> list:
+    rows = []
+    for name, step, shapes, steps in CASES:
+        native = rj.jit(relaxjax_loop(step))
+        for shape in shapes:
+            a = np.random.default_rng(0).random(shape)
+            t = max(2, steps // max(1, int(np.prod(shape)) // 65536))
+            k = np.int64(t)
+            want = numpy_loop(step)(a, t)
+            assert np.allclose(native(a, k), want)
+            t_np = _median(lambda: numpy_loop(step)(a, t))
+            t_nat = _median(lambda: native(a, k))
+            plan = native_loop.NativeFori.plan
+            native_loop.NativeFori.plan = staticmethod(lambda b, body: None)
+            try:
+                hosted_fresh = rj.jit(relaxjax_loop(step))
+                t_host = _median(lambda: hosted_fresh(a, k))
+            finally:
+                native_loop.NativeFori.plan = plan
+            rows.append((label, name, "x".join(map(str, shape)), t, t_np / t * 1e6, t_nat / t * 1e6,
+                         t_host / t * 1e6, t_np / t_nat))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-busy", action="store_true")
+    args = ap.parse_args()
+    rows = run("quiet")
+    if not args.no_busy:
+        ctx = mp.get_context("spawn")
+        stop = ctx.Event()
+        p = ctx.Process(target=_burn, args=(stop,), daemon=True)
+        p.start()
+        try:
+            rows += run("busy")
+        finally:
+            stop.set()
+            p.join(5)
+            p.kill()
+    print("| machine | loop | grid | steps | NumPy us/step | relaxjax native us/step | "
+          "relaxjax host-driven us/step | NumPy / native |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.1f} | {r[5]:.1f} | {r[6]:.1f} | {r[7]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
