@@ -259,3 +259,20 @@ def test_shifted_slices_of_a_stencil_fuse_into_one_loop(backend):
     for n in (2, 3, 10, 257):
         a = np.random.default_rng(n).standard_normal(n)
         np.testing.assert_allclose(f(a), (a[:-2] + a[1:-1] + a[2:]) / 3.0, rtol=1e-12)
+
+
+def test_layout_consumers_inline_producers_of_another_count():
+    """A stencil read only by its concatenate or pad is inlined into it (each element read
+    once, nothing recomputed): one loop writes the whole new array.  A broadcast consumer
+    does not inline an expensive producer of fewer elements."""
+    cases = [(lambda xp, a: xp.concatenate([a[:1], (a[:-2] + a[1:-1] + a[2:]) / 3.0, a[-1:]])),
+             (lambda xp, a: xp.pad(a[1:-1] * 2.0 + a[2:], 1))]
+    for fn in cases:
+        f = rj.jit(lambda a, fn=fn: fn(rnp, a))
+        main = f.lower(np.zeros(10)).as_text("optimized").split("@tir")[0]
+        assert main.count("call_tir(") == 1, main
+        for n in (2, 3, 11, 300):
+            a = np.random.default_rng(n).standard_normal(n)
+            np.testing.assert_allclose(f(a), fn(np, a), rtol=1e-12)
+    text = optimized(lambda x, b: x + rnp.exp(b), S(("n", 8), F32), S((8,), F32))
+    assert calls(text)["call_tir"] == 2

@@ -55,6 +55,13 @@ def op_pattern(b: Binding) -> str:
     return "opaque"
 
 
+# Layout ops that read each element of an operand at most once: a producer of another
+# element count is inlined into them without recomputing anything (a broadcast would
+# recompute its operand for every copy).
+READ_ONCE = {"concatenate", "pad", "slice", "update_slice", "dynamic_update_slice", "transpose",
+             "reshape"}
+
+
 class _Group:
     def __init__(self, gid: int, kind: str, first: int):
         self.id = gid
@@ -90,7 +97,19 @@ class _Fuser:
                 todo.extend(self.groups[g].deps)
         return False
 
-    def fits(self, g: _Group, b: Binding, pattern: str) -> bool:
+    def feeds_only(self, g: _Group, index: int) -> bool:
+        """Whether binding ``index`` is the only reader outside ``g`` of ``g``'s values (none
+        is a result): then ``g`` can be inlined into it whatever its element count, since a
+        fused loop nest stores only the consumer's values (a stencil into its ``pad``,
+        ``concatenate`` or slice update)."""
+        members = set(g.members)
+        for m in members:
+            for v in self.fn.bindings[m].outvars:
+                if any(u not in members and u != index for u in self.uses.get(v, [])):
+                    return False
+        return True
+
+    def fits(self, g: _Group, b: Binding, pattern: str, index: int = -1) -> bool:
         out = b.outvars[0].type.shape
         if g.kind == "output_fusable" and g.full is not None:
             return self.fits_rows(g, b, pattern)       # a row-wise epilogue after the gemm
@@ -98,6 +117,8 @@ class _Fuser:
             x = b.args[0].type.shape
             return self.equal(prod(x), g.count) and not self.equal(prod(x), prod(out))
         if pattern == "injective":
+            if g.kind == "injective" and not self.equal(prod(out), g.count):
+                return b.callee.name in READ_ONCE and self.feeds_only(g, index)
             if g.kind in ("injective", "output_fusable"):
                 return self.equal(prod(out), g.count)
             if g.kind == "reduction":
@@ -124,6 +145,8 @@ class _Fuser:
 
     def join(self, g: _Group, b: Binding, pattern: str, index: int) -> None:
         g.members.append(index)
+        if pattern == "injective" and g.kind == "injective":
+            g.count = prod(b.outvars[0].type.shape)     # the consumer's values are stored
         if pattern == "reduction" and g.kind in ("injective", "output_fusable") and g.full is None:
             if g.kind == "injective":
                 g.kind = "reduction"
@@ -148,11 +171,14 @@ class _Fuser:
         return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
             not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
 
-    def siblings(self, g: _Group, h: _Group) -> bool:
-        """An injective group ``h`` feeding ``g``'s newest member, over the same element
-        count, with no path between them through a third group: one loop computes both."""
-        if g.kind != "injective" or h.kind != "injective" or g.count is None or h.count is None or \
-                not self.equal(g.count, h.count):
+    def siblings(self, g: _Group, h: _Group, index: int) -> bool:
+        """An injective group ``h`` feeding ``g``'s newest member (binding ``index``), of
+        the same element count or read by nothing else, with no path between them through
+        a third group: one loop computes both."""
+        if g.kind != "injective" or h.kind != "injective" or g.count is None or h.count is None:
+            return False
+        if not self.equal(g.count, h.count) and not (
+                self.fn.bindings[index].callee.name in READ_ONCE and self.feeds_only(h, index)):
             return False
         return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
             not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
@@ -188,7 +214,7 @@ class _Fuser:
                 for gid in order:
                     g = self.groups[gid]
                     others = [h for h in producers if h != gid]
-                    if self.fits(g, b, pattern) and not any(self.reaches(gid, h) for h in others):
+                    if self.fits(g, b, pattern, index) and not any(self.reaches(gid, h) for h in others):
                         target = g
                         break
             if target is None:
@@ -210,7 +236,7 @@ class _Fuser:
                 for h in producers:          # sibling row-wise groups over the same rows,
                     # or elementwise siblings of one count (the shifted slices of a stencil)
                     if h != target.id and (self.mergeable(target, self.groups[h]) or
-                                           self.siblings(target, self.groups[h])):
+                                           self.siblings(target, self.groups[h], index)):
                         self.merge(target, self.groups[h])
                 producers = [self.canonical(h) for h in producers]
             target.deps.update(h for h in producers if h != target.id)
