@@ -6,6 +6,7 @@ reference implementation.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,28 @@ def promote(*xs: Any, ufunc: str | None = None) -> list:
 def user_shape(shape: tuple) -> tuple:
     """Internal shape -> what users see (ints and SymbolicDims)."""
     return tuple(wrap_dim(d) for d in shape)
+
+
+def view(out: Any, base: Any) -> Any:
+    """Mark ``out`` as a view of ``base`` (NumPy would share its memory): a write into ``out``
+    while ``base`` is alive is refused (``Tracer.__setitem__``).  The same tracer (a no-op
+    reshape) is ``base`` itself, which a write updates like NumPy's."""
+    if isinstance(out, Tracer) and isinstance(base, Tracer) and out is not base:
+        out.view_of = base.view_of + (weakref.ref(base),)
+    return out
+
+
+def fresh(out: Any, a: Any) -> Any:
+    """``out``, or a new tracer for the same value when it is ``a`` itself: NumPy functions
+    that copy (``astype``, ``array``, ``copy``) must not alias, or a write to the result
+    (``x[i] = v`` rebinds the tracer) would show through ``a``."""
+    if isinstance(out, Tracer) and out is a:
+        return Tracer(a.ctx, a.atom)
+    return out
+
+
+def live_bases(x: Any) -> list:
+    """The tracers ``x`` is a view of that are still alive."""
+    if not isinstance(x, Tracer):
+        return []
+    return [b for b in (r() for r in x.view_of) if b is not None]

@@ -6,7 +6,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import lax
 from ..shapes import as_dim, floordiv, normalize
-from ._base import arr, cast, dtype_of, env, shape, is_weak
+from ._base import arr, cast, dtype_of, env, fresh, shape, is_weak
 from ._shape_ops import _as_shape, broadcast_to
 
 
@@ -114,10 +114,13 @@ def identity(n, dtype=float):
     return eye(n, dtype=dtype)
 
 
-def array(obj, dtype=None):
-    """``numpy.array`` / ``asarray``: traced arrays pass through (cast if ``dtype`` is given)."""
+def array(obj, dtype=None, copy: bool = True):
+    """``numpy.array``: a new array (a traced one is a new tracer), cast if ``dtype`` is given."""
     a = arr(obj)
-    return a if dtype is None else cast(a, dt.canonical(dtype))
+    out = a if dtype is None else cast(a, dt.canonical(dtype))
+    return fresh(out, a) if copy else out
 
 
-asarray = array
+def asarray(obj, dtype=None):
+    """``numpy.asarray``: traced arrays pass through (cast if ``dtype`` is given)."""
+    return array(obj, dtype, copy=False)
