@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import lax
-from ..core import Tracer, current_trace
+from ..core import Tracer, current_trace, find_trace
 from ..ir import Literal, TensorType
 from ..shapes import ShapeEnv, SymbolicDim, current_env, wrap_dim
 
@@ -154,3 +154,13 @@ def live_bases(x: Any) -> list:
     if not isinstance(x, Tracer):
         return []
     return [b for b in (r() for r in x.view_of) if b is not None]
+
+
+def bind_in_trace(prim, *args, **params):
+    """``prim.bind``, recorded in the active trace even when no operand is traced: creation
+    functions (``zeros(3)``, ``arange(5)``) inside ``@jit`` give traced arrays, which have
+    ``.at`` and take ``x[i] = v`` (constant folding still folds what stays constant)."""
+    ctx = current_trace()
+    if ctx is not None and find_trace(args) is None:
+        return ctx.emit(prim, args, params)
+    return prim.bind(*args, **params)
