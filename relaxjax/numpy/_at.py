@@ -50,7 +50,7 @@ _MODES = {None: "drop", "drop": "drop", "fill": "drop", "promise_in_bounds": "dr
 
 
 def _fmt(s) -> str:
-    return "(" + ", ".join(dim_str(d) for d in s) + ")"
+    return "(" + ", ".join(dim_str(d) for d in s) + ("," if len(s) == 1 else "") + ")"
 
 
 def _value(x, v, target: tuple, what: str):

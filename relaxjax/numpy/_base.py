@@ -144,8 +144,10 @@ def fresh(out: Any, a: Any) -> Any:
     """``out``, or a new tracer for the same value when it is ``a`` itself: NumPy functions
     that copy (``astype``, ``array``, ``copy``) must not alias, or a write to the result
     (``x[i] = v`` rebinds the tracer) would show through ``a``."""
-    if isinstance(out, Tracer) and out is a:
+    if out is a and isinstance(a, Tracer):
         return Tracer(a.ctx, a.atom)
+    if out is a and isinstance(a, np.ndarray):
+        return a.copy()
     return out
 
 

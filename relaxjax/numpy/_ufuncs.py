@@ -243,4 +243,4 @@ def astype(x, dtype, copy: bool = True):
 def copy(a):
     """``numpy.copy``: a new array (a traced value with no alias)."""
     a = arr(a)
-    return fresh(a, a) if not isinstance(a, np.ndarray) else a.copy()
+    return fresh(a, a)
