@@ -306,3 +306,51 @@ def test_lowering():
     assert "fused_update_slice_mul" in text
     scatter = text[text.index("def scatter"):]
     assert "\n  for s0 in range(k):" in scatter and "out[j] = out[j] + " in scatter
+
+
+def _update_storages(f, *structs):
+    """Per update binding (update_slice / scatter programs) of ``f``'s lowered function:
+    whether its output shares its updated operand's storage."""
+    exe = rj.jit(f).lower(*structs).compile()._entry.executable
+    plan = exe.memory_plan
+    out = []
+    for b in exe.fn.bindings:
+        if b.kind == "tir" and b.callee.name.startswith(("update_slice", "scatter")):
+            x, v = b.args[0], b.outvars[0]
+            out.append(v in plan.storage_of and plan.storage_of.get(x) is plan.storage_of[v])
+    return out, plan
+
+
+def test_updates_of_dead_arrays_are_in_place():
+    """A time loop of updates writes into its array: one storage for the whole chain, however
+    many steps; an array still used after an update is not overwritten."""
+    n = rj.dim("n", min=8)
+
+    def loop(x, i, steps):
+        y = x * 2.0
+        for t in range(1, steps):
+            y = y.at[t].set(y[t - 1] * 0.5 + y[t])
+        y = y.at[i].add(1.0)
+        return rnp.exp(y)
+    S = rj.ShapeDtypeStruct
+    structs = (S((n,), "float32"), S(("k",), "int64"))
+    for steps in (3, 7):
+        shared, plan = _update_storages(lambda x, i: loop(x, i, steps), *structs)
+        assert shared == [True] * steps, shared
+        assert len(plan.storages) == 3                 # y's chain; the small step values
+    x, i = np.arange(9, dtype=np.float32), np.array([0, 8, 8, -1])
+    want = x * 2.0
+    for t in range(1, 7):
+        want[t] = want[t - 1] * 0.5 + want[t]
+    np.add.at(want, i, 1.0)
+    for got in _run(lambda x, i: loop(x, i, 7), x, i):
+        assert_same(got, np.exp(want))
+
+    def keeps(x):
+        y = rnp.sort(x)
+        z = rnp.sort(y.at[0].set(9.0))
+        return z + y
+    shared, _ = _update_storages(keeps, S((n,), "float32"))
+    assert shared == [False]
+    for got in _run(keeps, np.arange(8, dtype=np.float32)):
+        assert_same(got, np.array([1.0, 3, 5, 7, 9, 11, 13, 16], np.float32))
