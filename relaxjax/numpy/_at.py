@@ -78,7 +78,7 @@ def update(x, idx, v, method: str, *, mode=None, numpy_semantics: bool = False):
     """``x`` with ``x[idx]`` combined with ``v`` by ``method`` (a key of ``_COMBINE``); a new
     value, ``x`` untouched."""
     x = arr(x)
-    what = f"x[...] = value" if numpy_semantics else f"x.at[...].{method}"
+    what = "x[...] = value" if numpy_semantics else f"x.at[...].{method}"
     if method not in _COMBINE:
         raise AttributeError(f"x.at[...] has no method {method!r}")
     if mode not in _MODES:
