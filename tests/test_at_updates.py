@@ -13,7 +13,7 @@ import relaxjax as rj
 import relaxjax.numpy as rnp
 from helpers import BACKENDS, SIZES, SMALL_SIZES, arrays, assert_same
 
-PER_OP = settings(max_examples=8, deadline=None)
+PER_OP = settings(max_examples=25, deadline=None)
 
 # .at method -> what it does to NumPy's x at an index (basic index: no duplicates)
 BASIC = {
