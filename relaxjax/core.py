@@ -314,13 +314,19 @@ def eval_eager(prim: Primitive, args: Sequence[Any], params: dict):
 # ---------------------------------------------------------------------------------------
 
 class Tracer:
-    """A traced array: its operators and methods build IR through relaxjax.numpy."""
-    __slots__ = ("ctx", "atom")
+    """A traced array: its operators and methods build IR through relaxjax.numpy.
+
+    ``atom`` is the IR value the tracer stands for now: ``x[i] = v`` rebinds it (the update
+    is functional, the name sees the new value).  ``view_of`` holds weak references to the
+    tracers this one is a view of (basic indexing, reshape, transpose), so that writing
+    into a view whose base is still alive can be refused."""
+    __slots__ = ("ctx", "atom", "view_of", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, ctx: TraceContext, atom):
         self.ctx = ctx
         self.atom = atom
+        self.view_of = ()
 
     @property
     def type(self) -> TensorType:

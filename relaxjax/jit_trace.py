@@ -43,6 +43,7 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
         params.append(tr)
         names.append(_unique(leaf.ident, names))
         leaf_names.append(leaf.display)
+    param_vars = [p.atom for p in params]     # before the function rebinds any (x[i] = v)
     with ctx:
         args, kwargs = call.rebuild(params)
         out = fun(*args, **kwargs)
@@ -63,7 +64,7 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
             else:
                 raise TypeError(f"{fname} returned a {type(o).__name__}; return arrays, "
                                 f"scalars, dims or pytrees of them")
-    fn = ctx.finalize(identifier(fname), [p.atom for p in params], names, results)
+    fn = ctx.finalize(identifier(fname), param_vars, names, results)
     _check_dims_bound(fn, fname)
     module = IRModule({fn.name: fn}, fn.name)
     verify(module)

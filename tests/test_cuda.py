@@ -115,6 +115,11 @@ def _corpus() -> list:
                     rj.lax.dynamic_slice(x, (i, 0), (1, x.shape[1])),
                     rj.lax.dynamic_update_slice(x, x[:1] * 2.0, (i, i))),
                 (S((n, m), f32), S((), "int32")), 0, 4),
+        Program("at: update_slice, scatter", lambda x, i: (
+                    x.at[1:, ::-2].add(1.0), x.at[:, i].add(x[:, :1]), x.at[i].min(-1.0),
+                    rnp.zeros(9, "int32").at[i].add(1)),
+                (S((n, m), f32), S((5,), "int32")), 0, 4),
+        Program("setitem", lambda x, i: _setitems(x, i), (S((n, m), "int32"), S((3,), "int64")), -3, 3),
         Program("sort, argsort", lambda x: (rnp.sort(x, axis=0), rnp.argsort(x, axis=1)),
                 (S((n, m), f32),)),
         Program("cummax, cummin", lambda x: (rj.lax.cummax.bind(x, axis=1), rj.lax.cummin.bind(x, axis=0)),
@@ -155,6 +160,14 @@ def _corpus() -> list:
     ]
     out += _user_kernels()
     return out
+
+
+def _setitems(x, i):
+    i = i % x.shape[0]              # in range: NumPy's assignment raises otherwise
+    x[i] = 7
+    x[i] += x[0]
+    x[x > 2] = -1
+    return x
 
 
 def _user_kernels() -> list:

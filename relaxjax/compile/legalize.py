@@ -13,7 +13,7 @@ from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
-                       reduction_body, scalar_literal_expr, scan_loops)
+                       reduction_body, scalar_literal_expr, scan_loops, scatter_loops)
 from .passes import Pass
 
 __all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
@@ -60,6 +60,8 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
         body = _matmul_loops(buffers, ob, in_types, out_type, taken)
     elif how == "scan":
         body = scan_loops(name, reads, in_types[0], ob, b.params["axis"], taken)
+    elif how == "scatter":
+        body = scatter_loops(in_types[0], in_types[1], reads, ob, taken=taken, **b.params)
     else:
         rule = COMPUTE[name] if how == "compute" else elementwise_rule
         body = tir.loop_nest(extents, lambda idx: Store(
@@ -67,7 +69,8 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
             default_loop_kinds(rank), taken)
     params = buffers + [ob]
     checks = []
-    if name in ("take", "take_along_axis") and isinstance(b.args[1], Var):
+    if (name in ("take", "take_along_axis") or name == "scatter" and b.params["oob"] == "error") \
+            and isinstance(b.args[1], Var):
         axis = b.params["axis"]
         checks.append(("index_range", call_args.index(b.args[1]), in_types[0].shape[axis], axis))
     fn = PrimFunc(f"{name}_{name_id}", params, 1, tir.dim_vars(params, b.params, [a.value for a in b.args if isinstance(a, Literal)]), body,

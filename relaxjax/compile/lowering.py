@@ -54,6 +54,8 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
     * "scan": an accumulator loop along one axis storing every step (``SCANS``);
     * "matmul": a BLAS library call for float32/float64, loops otherwise;
     * "library": a call of the library function ``LIBRARY_CALLS`` names (sorting);
+    * "scatter": a copy of the operand, then a serial loop combining the updates in
+      (``scatter_loops``);
     * None: no lowering (a primitive added without one).
     """
     if name in HOST_OPS:
@@ -64,6 +66,8 @@ def lowering_kind(name: str, fusion_kind: str) -> str | None:
         return "scan"
     if name in LIBRARY_CALLS:
         return "library"
+    if name == "scatter":
+        return "scatter"
     if fusion_kind == "reduction":
         return "reduction" if name in REDUCERS or name in ARG_REDUCTIONS else None
     if name in COMPUTE:
@@ -249,6 +253,72 @@ def _dynamic_update_slice(name, idx, reads, in_types, out_type):
         return reads[1]([])
     return op("if_then_else", inside, reads[1]([i - s for i, s in zip(idx, starts)]),
               reads[0](idx), dtype=out_type.dtype)
+
+
+@compute_rule("update_slice")
+def _update_slice(name, idx, reads, in_types, out_type, *, start, size, step):
+    """``out[i] = update[(i - start) / step]`` where ``i`` falls on the window, else ``x[i]``."""
+    inside, src = None, []
+    for i, b, n, s in zip(idx, start, size, step):
+        off = i - from_sympy(b) if s > 0 else from_sympy(b) - i
+        a = abs(s)
+        c = op("and", op("ge", off, 0), op("lt", off, from_sympy(n) * a))
+        if a != 1:
+            c = op("and", c, op("eq", off % a, 0))
+        inside = c if inside is None else op("and", inside, c)
+        src.append(off if a == 1 else off // a)
+    if inside is None:                               # 0-d: the update is the result
+        return reads[1]([])
+    return op("if_then_else", inside, reads[1](src), reads[0](idx), dtype=out_type.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Scatter: a copy, then the updates one after the other
+# ---------------------------------------------------------------------------------------
+
+# scatter mode -> the scalar op that combines an update into the element (bools: or / and)
+SCATTER_COMBINE = {"add": ("add", "or"), "mul": ("mul", "and"), "min": ("min", "and"),
+                   "max": ("max", "or")}
+
+
+def scatter_loops(x_type, idx_type, reads: list[Reader], out: tir.Buffer, *, axis: int,
+                  mode: str, oob: str, taken: set) -> "tir.Stmt":
+    """``out = x`` (an elementwise copy), then for every index position, serially so that
+    duplicate indices accumulate in order: ``j = idx[q]`` (negative counts from the end; out
+    of range skipped, or clamped for ``oob="clip"``) and ``out[.., j, ..] = combine(out[..,
+    j, ..], updates[.., q, ..])``.  The axes before ``axis`` run in parallel."""
+    shape = x_type.shape
+    copy = tir.loop_nest([from_sympy(d) for d in shape],
+                         lambda idx: Store(out, tuple(idx), reads[0](idx)),
+                         default_loop_kinds(len(shape)), taken)
+    d = from_sympy(shape[axis])
+    r = idx_type.ndim
+    post = [from_sympy(e) for e in shape[axis + 1:]]
+    combine = None if mode == "set" else SCATTER_COMBINE[mode][dt.is_bool(out.dtype)]
+
+    def body(iv):
+        pre, q = list(iv[:axis]), list(iv[axis:])
+        j = tir.fresh("j", taken)
+        jv = reads[1](q)
+        if jv.dtype != INDEX:
+            jv = op("convert", jv, dtype=INDEX)
+        jv = op("select", op("lt", jv, 0), jv + d, jv)
+        if oob == "clip":
+            jv = op("max", op("min", jv, d - 1), 0)
+
+        def element(rv):
+            at = tuple(pre + [j] + list(rv))
+            v = reads[2](pre + q + list(rv))
+            if combine is not None:
+                v = op(combine, tir.Load(out, at), v, dtype=out.dtype)
+            return Store(out, at, v)
+        update = tir.loop_nest(post, element, ["serial"] * len(post), taken, prefix="k")
+        if oob != "clip":
+            update = tir.If(op("and", op("ge", j, 0), op("lt", j, d)), update)
+        return Seq([Local(j, jv), update])
+    extents = [from_sympy(e) for e in tuple(shape[:axis]) + tuple(idx_type.shape)]
+    kinds = ["parallel" if k == 0 and axis > 0 else "serial" for k in range(len(extents))]
+    return Seq([copy, tir.loop_nest(extents, body, kinds, taken, prefix="s")])
 
 
 # ---------------------------------------------------------------------------------------

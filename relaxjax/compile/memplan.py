@@ -13,7 +13,10 @@ bindings produce and shares storage between those whose live ranges do not overl
   whose byte size is *provably* (sympy, over the dims' bounds; lower bound 1 by default) no
   larger than the storage, or grows to the new size when that is provably no smaller; the
   outputs of a binding get their storage before the binding's operands are released, so a
-  kernel never writes over its own inputs.
+  kernel never writes over its own inputs -- except an *update in place*: a program that
+  updates an input (``update_slice``, ``scatter``; ``tir.analysis.inplace_input``) whose
+  operand dies at the call writes its output into the operand's storage, so a loop of
+  updates (``x = x.at[t].set(...)``) allocates nothing per step.
 
 When every storage size has a finite upper bound under ``fn.bounds`` the plan also lays the
 storages out in one workspace (64-byte aligned offsets) and ``workspace_bytes`` is its size.
@@ -27,6 +30,7 @@ import sympy
 
 from ..ir import Function, Var, value_names
 from ..shapes import INF, Dim, ShapeEnv, dim_str, free_symbols, interval, normalize
+from ..tir.analysis import inplace_input
 
 ALIGN = 64
 PLANNED_KINDS = ("tir", "library")
@@ -159,8 +163,15 @@ def plan_memory(fn: Function) -> MemoryPlan:
     expiring: dict = {}              # binding index -> storages released after it
     planned_set = set(planned)
     for i, b in enumerate(bindings):
+        donor = _updated_in_place(b, i, storage_of, live)
         for v in b.outvars:
             if v not in planned_set:
+                continue
+            if donor is not None:             # the output takes the dying operand's storage
+                s = storage_of[donor]
+                s.values.append(v)
+                storage_of[v] = s
+                expiring.setdefault(live[v][1], []).append(s)
                 continue
             s = _pick(env, free, sizes[v])
             if s is None:
@@ -191,6 +202,22 @@ def plan_memory(fn: Function) -> MemoryPlan:
             offset += _align(int(s.upper))
         workspace = offset
     return MemoryPlan(fn, storages, storage_of, live, unplanned, workspace, value_names(fn))
+
+
+def _updated_in_place(b, i: int, storage_of: dict, live: dict):
+    """The operand of binding ``i`` whose storage its output may take: the input a program
+    updates in place (``inplace_input``), planned, used once by the call and dead after it."""
+    if b.kind != "tir" or len(b.outvars) != 1 or len(b.args) != len(b.callee.inputs):
+        return None
+    k = inplace_input(b.callee)
+    if k is None:
+        return None
+    x = b.args[k]
+    if not isinstance(x, Var) or x not in storage_of or live[x][1] != i or \
+            sum(a is x for a in b.args) != 1 or \
+            storage_of[x].values[-1] is not x:
+        return None
+    return x
 
 
 def free_symbols_of(v: Var) -> frozenset:

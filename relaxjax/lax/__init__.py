@@ -7,7 +7,7 @@ from .reduction import (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_
 from .structural import reshape, transpose, broadcast_to, concatenate, slice, pad, iota  # noqa: F401
 from .indexing import (take, take_along_axis, nonzero, boolean_mask, match_cast,  # noqa: F401
                        dynamic_slice, dynamic_slice_p, dynamic_update_slice,
-                       dynamic_update_slice_p)
+                       dynamic_update_slice_p, update_slice, scatter)
 from .linalg import matmul  # noqa: F401
 from .sorting import sort, argsort  # noqa: F401
 from .control_flow import fori_loop, while_loop, scan, map, cond, switch  # noqa: F401

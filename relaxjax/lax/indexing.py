@@ -168,3 +168,92 @@ def dynamic_update_slice(operand, update, start_indices):
     """``jax.lax.dynamic_update_slice``: ``operand`` with ``update`` written at the (clamped)
     start indices, as a new array."""
     return dynamic_update_slice_p.bind(operand, update, *start_indices)
+
+
+# ---------------------------------------------------------------------------------------
+# Index updates (``x.at[idx]``, ``x[idx] = v``): a strided-window update and a scatter
+# ---------------------------------------------------------------------------------------
+
+def _update_slice_shape(env, x, update, *, start, size, step):
+    if update.ndim != x.ndim:
+        raise ShapeError(f"update_slice: update of rank {update.ndim} for an array of rank {x.ndim}")
+    for ax, (have, want) in enumerate(zip(update.shape, size)):
+        env.require_eq(have, want, f"update_slice axis {ax}: the update has {dim_str(have)} "
+                                   f"elements, the window {dim_str(want)}")
+    return x.shape
+
+
+def _same_dtype_update(what, update_pos):
+    def rule(x, *rest, **params):
+        update = rest[update_pos - 1]
+        if update.dtype != x.dtype:
+            raise TypeError(f"{what}: the update has dtype {update.dtype}, the array {x.dtype}")
+        return x.dtype
+    return rule
+
+
+def _update_slice_impl(x, update, *, start, size, step):
+    out = x.copy()
+    idx = []
+    for b, n, s in zip(start, size, step):
+        end = b + n * s
+        idx.append(slice(b, end if end >= 0 else None, s) if n else slice(0, 0))
+    out[tuple(idx)] = update
+    return out
+
+
+update_slice = Primitive("update_slice", shape_rule=_update_slice_shape,
+                         dtype_rule=_same_dtype_update("update_slice", 1), impl=_update_slice_impl,
+                         kind="injective", weak_rule=lambda x, u, **p: x.weak)
+update_slice.__doc__ = """``x`` with the strided window ``slice(x, start, size, step)`` replaced by
+``update`` (of the window's shape): the inverse of ``slice``, with the same params."""
+
+SCATTER_MODES = {"set": None, "add": np.add, "mul": np.multiply, "min": np.minimum,
+                 "max": np.maximum}
+OUT_OF_BOUNDS = ("drop", "clip", "error")
+
+
+def _scatter_shape(env, x, idx, updates, *, axis, mode, oob):
+    _check_index_dtype(idx, "scatter")
+    if mode not in SCATTER_MODES or oob not in OUT_OF_BOUNDS:
+        raise ValueError(f"scatter: mode must be one of {list(SCATTER_MODES)} and oob one of "
+                         f"{list(OUT_OF_BOUNDS)}, got {mode!r}, {oob!r}")
+    want = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if updates.ndim != len(want):
+        raise ShapeError(f"scatter: updates of rank {updates.ndim} for indices {idx} into axis "
+                         f"{axis} of {x}; expected shape ({', '.join(dim_str(d) for d in want)})")
+    for ax, (have, w) in enumerate(zip(updates.shape, want)):
+        env.require_eq(have, w, f"scatter axis {ax}: the updates have {dim_str(have)}, expected "
+                                f"{dim_str(w)}")
+    return x.shape
+
+
+def _scatter_impl(x, idx, updates, *, axis, mode, oob):
+    d = x.shape[axis]
+    j = idx.astype(np.int64)
+    if oob == "error" and j.size and (j.min() < -d or j.max() >= d):
+        bad = j.min() if j.min() < -d else j.max()
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {d}")
+    j = np.where(j < 0, j + d, j)
+    if oob == "clip":
+        j = np.clip(j, 0, d - 1)
+    keep = (j >= 0) & (j < d)
+    out = x.copy()
+    r = idx.ndim
+    dst = np.moveaxis(out, axis, 0)                                  # a view of ``out``
+    src = np.moveaxis(updates, list(range(axis, axis + r)), list(range(r)))[keep]
+    if SCATTER_MODES[mode] is None:
+        for k, jk in enumerate(j[keep]):    # one after the other: the last duplicate wins
+            dst[jk] = src[k]
+    else:
+        SCATTER_MODES[mode].at(dst, j[keep], src)
+    return out
+
+
+scatter = Primitive("scatter", shape_rule=_scatter_shape, dtype_rule=_same_dtype_update("scatter", 2),
+                    impl=_scatter_impl, kind="opaque", weak_rule=lambda x, i, u, **p: x.weak)
+scatter.__doc__ = """``x`` with ``updates`` combined (``mode``: set, add, mul, min, max) into the
+positions ``idx`` names along ``axis``, one index after the other (duplicates accumulate; for
+``set`` the last one wins).  ``updates`` has ``take(x, idx, axis)``'s shape.  Negative indices
+count from the end; others out of range are dropped (``oob="drop"``, JAX's default), clamped
+(``"clip"``) or an IndexError (``"error"``, NumPy's)."""

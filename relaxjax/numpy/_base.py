@@ -6,13 +6,14 @@ reference implementation.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes as dt
 from .. import lax
-from ..core import Tracer, current_trace
+from ..core import Tracer, current_trace, find_trace
 from ..ir import Literal, TensorType
 from ..shapes import ShapeEnv, SymbolicDim, current_env, wrap_dim
 
@@ -128,3 +129,40 @@ def promote(*xs: Any, ufunc: str | None = None) -> list:
 def user_shape(shape: tuple) -> tuple:
     """Internal shape -> what users see (ints and SymbolicDims)."""
     return tuple(wrap_dim(d) for d in shape)
+
+
+def view(out: Any, base: Any) -> Any:
+    """Mark ``out`` as a view of ``base`` (NumPy would share its memory): a write into ``out``
+    while ``base`` is alive is refused (``Tracer.__setitem__``).  The same tracer (a no-op
+    reshape) is ``base`` itself, which a write updates like NumPy's."""
+    if isinstance(out, Tracer) and isinstance(base, Tracer) and out is not base:
+        out.view_of = base.view_of + (weakref.ref(base),)
+    return out
+
+
+def fresh(out: Any, a: Any) -> Any:
+    """``out``, or a new tracer for the same value when it is ``a`` itself: NumPy functions
+    that copy (``astype``, ``array``, ``copy``) must not alias, or a write to the result
+    (``x[i] = v`` rebinds the tracer) would show through ``a``."""
+    if out is a and isinstance(a, Tracer):
+        return Tracer(a.ctx, a.atom)
+    if out is a and isinstance(a, np.ndarray):
+        return a.copy()
+    return out
+
+
+def live_bases(x: Any) -> list:
+    """The tracers ``x`` is a view of that are still alive."""
+    if not isinstance(x, Tracer):
+        return []
+    return [b for b in (r() for r in x.view_of) if b is not None]
+
+
+def bind_in_trace(prim, *args, **params):
+    """``prim.bind``, recorded in the active trace even when no operand is traced: creation
+    functions (``zeros(3)``, ``arange(5)``) inside ``@jit`` give traced arrays, which have
+    ``.at`` and take ``x[i] = v`` (constant folding still folds what stays constant)."""
+    ctx = current_trace()
+    if ctx is not None and find_trace(args) is None:
+        return ctx.emit(prim, args, params)
+    return prim.bind(*args, **params)

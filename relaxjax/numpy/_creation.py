@@ -6,7 +6,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import lax
 from ..shapes import as_dim, floordiv, normalize
-from ._base import arr, cast, dtype_of, env, shape, is_weak
+from ._base import arr, bind_in_trace, cast, dtype_of, env, fresh, shape, is_weak
 from ._shape_ops import _as_shape, broadcast_to
 
 
@@ -24,7 +24,10 @@ def full(shape_, fill_value, dtype=None):
     """``numpy.full``; ``shape_`` may hold symbolic dims."""
     d = dt.canonical(dtype) if dtype is not None else _default_dtype(fill_value)
     v = cast(fill_value if isinstance(fill_value, (bool, int, float)) else arr(fill_value), d)
-    return broadcast_to(v, _as_shape(shape_))
+    target = _as_shape(shape_)
+    if isinstance(v, np.ndarray):          # traced inside @jit
+        return bind_in_trace(lax.broadcast_to, v, shape=target)
+    return broadcast_to(v, target)
 
 
 def zeros(shape_, dtype=float):
@@ -78,14 +81,14 @@ def arange(start, stop=None, step=1, dtype=None):
         if not env().try_prove(">=", size, 0):
             from ..shapes import dmax
             size = dmax(size, 0)
-        idx = lax.iota.bind(shape=(size,), dimension=0, dtype=np.dtype("int64"))
+        idx = bind_in_trace(lax.iota, shape=(size,), dimension=0, dtype=np.dtype("int64"))
         from ._ufuncs import add, multiply
         r = idx if s == 1 else multiply(idx, s)
         r = r if isinstance(b, int) and b == 0 else add(r, _dim_value(b))
         return cast(r, dtype)
     # float bounds: static only
     n = int(np.ceil((float(stop) - float(start)) / float(step)))
-    idx = lax.iota.bind(shape=(max(n, 0),), dimension=0, dtype=np.dtype("float64"))
+    idx = bind_in_trace(lax.iota, shape=(max(n, 0),), dimension=0, dtype=np.dtype("float64"))
     from ._ufuncs import add, multiply
     return cast(add(multiply(idx, float(step)), float(start)), dtype)
 
@@ -104,8 +107,8 @@ def eye(N, M=None, k: int = 0, dtype=float):
     """``numpy.eye``."""
     n = as_dim(N)
     m = n if M is None else as_dim(M)
-    i = lax.iota.bind(shape=(n, m), dimension=0, dtype=np.dtype("int64"))
-    j = lax.iota.bind(shape=(n, m), dimension=1, dtype=np.dtype("int64"))
+    i = bind_in_trace(lax.iota, shape=(n, m), dimension=0, dtype=np.dtype("int64"))
+    j = bind_in_trace(lax.iota, shape=(n, m), dimension=1, dtype=np.dtype("int64"))
     from ._ufuncs import add, equal
     return cast(equal(j, add(i, k) if k else i), dt.canonical(dtype))
 
@@ -114,10 +117,13 @@ def identity(n, dtype=float):
     return eye(n, dtype=dtype)
 
 
-def array(obj, dtype=None):
-    """``numpy.array`` / ``asarray``: traced arrays pass through (cast if ``dtype`` is given)."""
+def array(obj, dtype=None, copy: bool = True):
+    """``numpy.array``: a new array (a traced one is a new tracer), cast if ``dtype`` is given."""
     a = arr(obj)
-    return a if dtype is None else cast(a, dt.canonical(dtype))
+    out = a if dtype is None else cast(a, dt.canonical(dtype))
+    return fresh(out, a) if copy else out
 
 
-asarray = array
+def asarray(obj, dtype=None):
+    """``numpy.asarray``: traced arrays pass through (cast if ``dtype`` is given)."""
+    return array(obj, dtype, copy=False)

@@ -10,7 +10,7 @@ from ..core import Tracer, current_trace
 from ..errors import InconclusiveDimensionError
 from ..lax.util import normalize_axis
 from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize
-from ._base import arr, cast, dtype_of, env, shape
+from ._base import arr, cast, dtype_of, env, shape, view
 from ._shape_ops import moveaxis, ravel, stack
 from ._ufuncs import not_equal, subtract, where_values
 
@@ -87,19 +87,54 @@ def _is_array_index(v) -> bool:
     return isinstance(v, (Tracer, np.ndarray, list)) or (isinstance(v, bool))
 
 
-def getitem(a, idx):
-    """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
-    integer-array index, or one leading boolean mask."""
-    a = arr(a)
+class Window:
+    """A parsed basic index (ints, slices, None, ``...``) with at most one integer array:
+    the strided window ``slice(x, starts, sizes, steps)``, reshaped to ``shape`` (None axes
+    inserted, int axes dropped, the array's axis whole), then gathered at ``gather = (axis
+    in shape, index array)``; ``moved``: NumPy puts the gathered dims first (``x[0, :, i]``)."""
+
+    def __init__(self, starts, sizes, steps, shape_, gather, moved, whole):
+        self.starts, self.sizes, self.steps = tuple(starts), tuple(sizes), tuple(steps)
+        self.shape, self.gather, self.moved, self.whole = tuple(shape_), gather, moved, whole
+
+    def read(self, a):
+        """``a``'s window, reshaped to ``shape`` (before the gather)."""
+        out = a
+        if not self.whole:
+            out = lax.slice.bind(out, start=self.starts, size=self.sizes, step=self.steps)
+        if self.shape != tuple(shape(out)):
+            out = lax.reshape.bind(out, new_sizes=self.shape)
+        return out
+
+    def result_shape(self) -> tuple:
+        """The shape of ``a[idx]``."""
+        if self.gather is None:
+            return self.shape
+        pos, ind = self.gather
+        k = tuple(shape(ind))
+        if self.moved:
+            return k + self.shape[:pos] + self.shape[pos + 1:]
+        return self.shape[:pos] + k + self.shape[pos + 1:]
+
+
+def is_mask_index(a, idx) -> bool:
+    """A boolean-array index (``x[mask]``), which must be the only index."""
     if not isinstance(idx, tuple):
         idx = (idx,)
-    # a boolean mask that covers the leading axes
-    arrays = [i for i, v in enumerate(idx) if _is_array_index(v)]
-    if arrays and any(dt.is_bool(dtype_of(arr(idx[i]))) for i in arrays):
+    arrays = [v for v in idx if _is_array_index(v)]
+    if arrays and any(dt.is_bool(dtype_of(arr(v))) for v in arrays):
         if len(idx) != 1:
             raise IndexError("a boolean mask index must be the only index (x[mask]); "
                              "index the result in a second step")
-        return boolean_mask(a, idx[0])
+        return True
+    return False
+
+
+def parse_index(a, idx) -> Window:
+    """``idx`` (not a boolean mask) against ``a``'s shape."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    arrays = [i for i, v in enumerate(idx) if _is_array_index(v)]
     n_ell = sum(1 for v in idx if v is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -142,30 +177,43 @@ def getitem(a, idx):
             starts.append(b), sizes.append(n), steps.append(st)
             out_shape.append(n)
         elif _is_array_index(v):
+            ind = arr(v)
+            if not dt.is_int(dtype_of(ind)):
+                raise IndexError(f"arrays used as indices must be of integer (or boolean) type, "
+                                 f"got {dtype_of(ind)}")
             starts.append(0), sizes.append(d), steps.append(1)
-            gather = (len(out_shape), arr(v))
+            gather = (len(out_shape), ind)
             out_shape.append(d)
         else:
             raise IndexError(f"unsupported index {v!r} of type {type(v).__name__}")
         ax += 1
-
-    out = a
     whole = all(isinstance(b, int) and b == 0 for b in starts) and all(st == 1 for st in steps) \
         and tuple(sizes) == tuple(s)
-    if not whole:
-        out = lax.slice.bind(out, start=tuple(starts), size=tuple(sizes), step=tuple(steps))
-    if tuple(out_shape) != tuple(shape(out)):
-        out = lax.reshape.bind(out, new_sizes=tuple(out_shape))
+    moved = False
     if gather is not None:
-        pos, ind = gather
-        out = take(out, ind, axis=pos)
         # NumPy: ints count as advanced indices next to an index array; when the advanced
         # indices are not adjacent (x[0, :, idx]), their result dims go first
         adv = [i for i, v in enumerate(idx) if _is_int_index(v) or _is_array_index(v)]
-        if adv[-1] - adv[0] + 1 != len(adv) and pos != 0:
-            k = len(shape(ind))
-            out = moveaxis(out, list(range(pos, pos + k)), list(range(k)))
-        return out
+        moved = adv[-1] - adv[0] + 1 != len(adv) and gather[0] != 0
+    return Window(starts, sizes, steps, out_shape, gather, moved, whole)
+
+
+def getitem(a, idx):
+    """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
+    integer-array index, or one leading boolean mask.  Without an array index the result
+    is a view of ``a`` (writing into it while ``a`` lives is an error)."""
+    a = arr(a)
+    if is_mask_index(a, idx):
+        return boolean_mask(a, idx if not isinstance(idx, tuple) else idx[0])
+    w = parse_index(a, idx)
+    out = w.read(a)
+    if w.gather is None:
+        return view(out, a)
+    pos, ind = w.gather
+    out = take(out, ind, axis=pos)
+    if w.moved:
+        k = len(shape(ind))
+        out = moveaxis(out, list(range(pos, pos + k)), list(range(k)))
     return out
 
 

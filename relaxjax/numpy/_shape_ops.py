@@ -10,7 +10,7 @@ from .. import lax
 from ..errors import ShapeError
 from ..lax.util import normalize_axis
 from ..shapes import as_dim, dim_str, floordiv, prod as dim_prod
-from ._base import arr, cast, dtype_of, env, promote, shape
+from ._base import arr, cast, dtype_of, env, promote, shape, view
 from ._ufuncs import add, less_equal, where_values
 
 
@@ -47,7 +47,7 @@ def reshape(a, shape_=None, order: str = "C", *, newshape=None, shape=None):
     sizes = tuple(sizes)
     if sizes == tuple(old):
         return a
-    return lax.reshape.bind(a, new_sizes=sizes)
+    return view(lax.reshape.bind(a, new_sizes=sizes), a)
 
 
 def _shape(a):
@@ -70,7 +70,7 @@ def transpose(a, axes=None):
     perm = tuple(range(nd))[::-1] if axes is None else tuple(normalize_axis(x, nd) for x in axes)
     if perm == tuple(range(nd)):
         return a
-    return lax.transpose.bind(a, perm=perm)
+    return view(lax.transpose.bind(a, perm=perm), a)
 
 
 def permute_dims(a, axes=None):
@@ -107,7 +107,7 @@ def broadcast_to(a, shape_):
     target = _as_shape(shape_)
     if tuple(shape(a)) == target:
         return a
-    return lax.broadcast_to.bind(a, shape=target)
+    return view(lax.broadcast_to.bind(a, shape=target), a)    # NumPy's is a read-only view
 
 
 def broadcast_arrays(*args):
@@ -127,7 +127,7 @@ def expand_dims(a, axis):
         raise ValueError("repeated axis in expand_dims")
     it = iter(shape(a))
     new = tuple(1 if i in axes else next(it) for i in range(nd))
-    return lax.reshape.bind(a, new_sizes=new)
+    return view(lax.reshape.bind(a, new_sizes=new), a)
 
 
 def squeeze(a, axis=None):
@@ -150,7 +150,7 @@ def squeeze(a, axis=None):
                                  f"(axis {i} has size {dim_str(s[i])})")
     if not axes:
         return a
-    return lax.reshape.bind(a, new_sizes=tuple(d for i, d in enumerate(s) if i not in axes))
+    return view(lax.reshape.bind(a, new_sizes=tuple(d for i, d in enumerate(s) if i not in axes)), a)
 
 
 def atleast_1d(a):

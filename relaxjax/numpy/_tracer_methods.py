@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core import Tracer, current_trace, find_trace
 from ..shapes import SymbolicDim, set_value_op_hook
+from ._at import IndexUpdateHelper, inplace, setitem
 from ._indexing import getitem
 
 _METHODS = ("reshape", "astype", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any",
@@ -28,8 +29,6 @@ def _method(rnp, name: str):
             return rnp.astype(self, *args, **kwargs)
         if name == "flatten":
             return rnp.ravel(self)
-        if name == "copy":              # traced values are immutable: a copy is the value
-            return self
         if name == "reshape" and args and not isinstance(args[0], (tuple, list)) and len(args) > 1:
             args = (args,)
         if name == "reshape" and len(args) == 1 and not isinstance(args[0], (tuple, list)):
@@ -136,11 +135,19 @@ def install(rnp) -> None:
     Tracer.__abs__ = lambda a: rnp.abs(a)
     Tracer.__invert__ = lambda a: rnp.invert(a)
     Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
+    Tracer.__setitem__ = setitem                 # x[i] = v rebinds x (functional update)
+    Tracer.at = property(IndexUpdateHelper)      # JAX's x.at[i].set(v), .add(v), ...
+    inplace_ops = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
+                   "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
+                   "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+                   "lshift": "left_shift", "rshift": "right_shift"}
+    for name, ufunc in inplace_ops.items():
+        setattr(Tracer, f"__i{name}__", inplace(ufunc))
     Tracer.__array_ufunc__ = _array_ufunc(rnp)
     Tracer.__array_function__ = _array_function(rnp)
     SymbolicDim.__array_ufunc__ = _dim_array_ufunc(rnp)
     for name in _METHODS:
-        if hasattr(rnp, name) or name in ("astype", "flatten", "copy"):
+        if hasattr(rnp, name) or name in ("astype", "flatten"):
             setattr(Tracer, name, _method(rnp, name))
     Tracer.T = property(lambda a: rnp.transpose(a))
     Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import lax
 from ..core import Tracer
-from ._base import arr, cast, dtype_of, is_weak, promote, spec
+from ._base import arr, cast, dtype_of, fresh, is_weak, promote, spec
 from .. import dtypes as dt
 
 
@@ -161,8 +161,9 @@ greater_equal = _comparison("greater_equal", lax.ge)
 
 
 def conjugate(x):
-    """Elementwise ``numpy.conjugate``: the array itself for the real dtypes relaxjax has."""
-    return _strong(arr(x))
+    """Elementwise ``numpy.conjugate``: a copy for the real dtypes relaxjax has."""
+    x = arr(x)
+    return fresh(_strong(x), x)
 
 
 conj = conjugate
@@ -173,7 +174,7 @@ def positive(x):
     x = arr(x)
     if dt.is_bool(dtype_of(x)):
         raise TypeError("positive is not defined for bool")
-    return _strong(x)
+    return fresh(_strong(x), x)
 
 
 def square(x):
@@ -195,7 +196,7 @@ def round(a, decimals: int = 0):
         return _strong(lax.round.bind(a))
     if not dt.is_float(d):
         if decimals > 0:
-            return _strong(a)
+            return fresh(_strong(a), a)
         # NumPy rounds integers to tens/hundreds through float64, half to even
         scale = cast(10.0 ** -decimals, np.float64)
         r = lax.mul.bind(lax.round.bind(lax.div.bind(cast(a, np.float64), scale)), scale)
@@ -234,4 +235,12 @@ def clip(a, a_min=None, a_max=None):
 def astype(x, dtype, copy: bool = True):
     """``x.astype(dtype)`` / ``numpy.astype``."""
     from ..dtypes import canonical
-    return cast(arr(x), canonical(dtype))
+    x = arr(x)
+    out = cast(x, canonical(dtype))
+    return fresh(out, x) if copy else out
+
+
+def copy(a):
+    """``numpy.copy``: a new array (a traced value with no alias)."""
+    a = arr(a)
+    return fresh(a, a)

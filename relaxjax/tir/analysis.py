@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .nodes import (Assign, Const, Expr, For, Load, Local, PrimFunc, Seq, Stmt, Store, Var,
+from .nodes import (Assign, Const, Expr, For, Load, Local, Op, PrimFunc, Seq, Stmt, Store, Var,
                     expr_str, from_sympy)
-from .visit import loads, map_expr, walk, walk_stmts, walk_stmts_scoped
+from .visit import loads, map_expr, stmt_exprs, walk, walk_expr, walk_stmts, walk_stmts_scoped
 
 
 def perfect_nest(f: PrimFunc) -> tuple[list[Var], Store] | None:
@@ -127,3 +127,63 @@ def mark_loop_kinds(body: Stmt) -> Stmt:
             elif not _has_loop(s.body):
                 s.kind = "vectorized"
     return body
+
+
+def inplace_input(f: PrimFunc) -> int | None:
+    """The position of an input that ``f`` may update in place (its output then takes the
+    input's storage, when the caller's input dies at the call), or None.
+
+    The input must have the output's shape and dtype, and the program must be an *update*
+    of it: it passes ``a[i]`` through to ``out[i]`` (as the stored value or a branch of a
+    select, as ``update_slice`` and ``scatter``'s copy lower), and it reads ``a`` only at
+    the element the same iteration is about to write -- each load ``a[i...]`` indexed by
+    distinct loop variables that cover its enclosing loops, every store to ``out`` in that
+    loop body at the same index, and no store to ``out`` before it in program order.  A
+    later phase may then read and write ``out`` freely (``scatter``'s serial loop)."""
+    if f.n_outputs != 1:
+        return None
+    out = f.outputs[0]
+    shape = [expr_str(from_sympy(d)) for d in out.shape]
+    for k, a in enumerate(f.inputs):
+        if a.dtype == out.dtype and [expr_str(from_sympy(d)) for d in a.shape] == shape and \
+                _overwritable(f.body, a, out):
+            return k
+    return None
+
+
+def _index_key(index: tuple) -> tuple | None:
+    """The names of an index made of distinct loop variables, else None."""
+    if not all(isinstance(i, Var) for i in index):
+        return None
+    names = tuple(i.name for i in index)
+    return names if len(set(names)) == len(names) else None
+
+
+def _overwritable(body: Stmt, a, out) -> bool:
+    events = []                   # ("load" | "store", index key, innermost loop), program order
+    passes_through = False
+    for s, loops in walk_stmts_scoped(body):
+        inner = loops[-1] if loops else None
+        for e in stmt_exprs(s):
+            for x in walk_expr(e):
+                if isinstance(x, Load) and x.buffer is a:
+                    key = _index_key(x.index)
+                    if key is None or not {lp.var.name for lp in loops} <= set(key):
+                        return False
+                    events.append(("load", key, inner))
+                elif isinstance(x, Op) and x.name in ("if_then_else", "select"):
+                    passes_through |= any(isinstance(y, Load) and y.buffer is a for y in x.args[1:])
+        if isinstance(s, Store) and s.buffer is out:
+            events.append(("store", _index_key(s.index), inner))
+            passes_through |= isinstance(s.value, Load) and s.value.buffer is a
+    stored = False
+    for kind, key, inner in events:
+        if kind == "store":
+            stored = True
+            continue
+        if stored:                # a store to ``out`` came first: it may have overwritten ``a``
+            return False
+        same_body = [k for kd, k, i in events if kd == "store" and i is inner]
+        if not same_body or any(k != key for k in same_body):
+            return False
+    return passes_through and any(kind == "load" for kind, _, _ in events)
