@@ -289,3 +289,42 @@ def test_bodies_with_host_steps_use_the_host_driver():
     for _ in range(3):
         want = want + want[want > 0].sum()
     assert_same(f(x), want)
+
+
+@given(n=st.integers(2, 40), steps=st.integers(0, 6), data=st.data())
+@PER_TEST
+def test_numpy_assignment_inside_a_loop_body(n, steps, data):
+    """NPBench's jacobi-2d as a NumPy user writes it, x[1:-1, 1:-1] = ..., inside a
+    fori_loop: each half-step fuses into one loop over the updated array, and the caller's
+    arrays are not written."""
+    a, b = data.draw(arrays("float64", (n, n)), label="a"), data.draw(arrays("float64", (n, n)), label="b")
+
+    def kernel(A, B, T):
+        def body(t, c):
+            A, B = c
+            B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+            A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+            return A, B
+        return lax.fori_loop(0, T, body, (A, B))
+
+    A, B = a.copy(), b.copy()
+    for _ in range(steps):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+    a0, b0 = a.copy(), b.copy()
+    for backend in BACKENDS:
+        assert_same(rj.jit(kernel, backend=backend)(a, b, np.int64(steps)), (A, B), rtol=1e-12, atol=1e-12)
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)
+
+
+def test_writing_an_enclosing_array_inside_a_body_is_an_error():
+    def f(x, w):
+        def body(i, c):
+            w[0] = c.sum()
+            return c + w
+        return lax.fori_loop(0, 2, body, x)
+    with pytest.raises(ValueError, match="array of the enclosing function .* inside a loop body"):
+        rj.jit(f)(np.ones(3), np.ones(3))
+    text = rj.jit(lambda A: lax.fori_loop(0, 3, lambda t, A: A.at[1:-1].set(A[:-2] + A[2:]), A)) \
+        .lower(np.zeros(8)).as_text("optimized").split("@tir")[0]
+    assert text.count("call_tir(") == 1, text

@@ -91,6 +91,7 @@ def _trace_region(fun: Callable, in_types: Sequence[TensorType], in_tree, name: 
     ctx = TraceContext(parent.env, parent)
     with ctx:
         params = [ctx.new_param(TensorType(t.shape, t.dtype, t.weak), f"p{k}") for k, t in enumerate(in_types)]
+        param_vars = [p.atom for p in params]     # before the body rebinds them (x[i] = v)
         out = fun(*optree.tree_unflatten(in_tree, params))
         leaves, tree = optree.tree_flatten(out, none_is_leaf=False)
         atoms = []
@@ -103,7 +104,7 @@ def _trace_region(fun: Callable, in_types: Sequence[TensorType], in_tree, name: 
                 leaf = convert.bind(leaf, dtype=t.dtype, weak=t.weak)
             atoms.append(ctx.atom(leaf))
     captured = list(ctx.captured.values())
-    fn = ctx.finalize(name, [p.atom for p in params] + [v for _, v in captured],
+    fn = ctx.finalize(name, param_vars + [v for _, v in captured],
                       [f"p{k}" for k in range(len(params))] + [f"c{k}" for k in range(len(captured))],
                       atoms)
     fn.guards = []                    # the enclosing function holds the trace's guards

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import lax
-from ..core import Tracer
+from ..core import Tracer, current_trace
 from ..errors import ShapeError
 from ..shapes import dim_str, prod as dim_prod
 from ._base import arr, cast, dtype_of, live_bases, shape, user_shape
@@ -256,8 +256,21 @@ def _check_writable(x: Tracer, what: str) -> None:
             f"(row = x[i].copy())")
 
 
+def _check_local(x: Tracer, what: str) -> None:
+    """Inside a loop body or a branch, an array of the enclosing function cannot be written:
+    NumPy would change it for the later iterations and after the loop."""
+    cur = current_trace()
+    if cur is not None and x.ctx is not cur:
+        raise ValueError(
+            f"{what}: writing into an array of the enclosing function ({x.type}) inside a loop "
+            f"body or a branch (relaxjax.lax.fori_loop, while_loop, scan, cond): NumPy would "
+            f"change it for later iterations and after the loop, which a traced value cannot "
+            f"do. Pass it through the loop's carry, or write into a copy (y = x.copy())")
+
+
 def setitem(x: Tracer, idx, v) -> None:
     """``x[idx] = v`` on a traced array: ``x`` is rebound to the updated value."""
+    _check_local(x, "x[...] = value")
     _check_writable(x, "x[...] = value")
     new = update(x, idx, v, "set", numpy_semantics=True)
     if new.weak_type != x.weak_type:
@@ -272,6 +285,7 @@ def inplace(name: str):
     stores."""
     def op(self, other):
         from . import _ufuncs
+        _check_local(self, f"x.__i{name}__(value)")
         r = getattr(_ufuncs, name)(self, other)
         if dtype_of(r) != self.dtype:
             if not np.can_cast(dtype_of(r), self.dtype, "same_kind"):
