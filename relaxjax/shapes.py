@@ -304,6 +304,7 @@ class ShapeEnv:
         assert mode in ("explicit", "auto")
         self.mode = mode
         self.bounds: dict = dict(bounds or {})
+        self.declared: dict = dict(self.bounds)     # before guards tightened them
         self.values: dict = {}              # symbol -> int, for automatic symbols
         self.guards: list[Guard] = []
         self.subst: dict = {}               # symbol -> Dim, from automatic equalities
@@ -319,6 +320,7 @@ class ShapeEnv:
             raise ValueError(f"dim {sym.name} declared with two different bounds: "
                              f"{_bounds_str(old)} and {_bounds_str((lo, hi))}")
         self.bounds[sym] = (lo, hi)
+        self.declared[sym] = (lo, hi)
         if value is not None:
             self.values[sym] = value
         self._decided.clear()
@@ -543,7 +545,9 @@ class ShapeEnv:
         out, seen = [], set()
         for g in self.guards:
             lhs, rhs = self.canon(g.lhs), self.canon(g.rhs)
-            if ShapeEnv("explicit", self.bounds).try_prove(g.op, lhs, rhs) is True:
+            # proved by the declared bounds alone (a guard that tightened a bound stays: it
+            # is what the trace assumed, and prints as such)
+            if ShapeEnv("explicit", self.declared).try_prove(g.op, lhs, rhs) is True:
                 continue
             key = (g.op, lhs, rhs)
             if key not in seen:

@@ -72,6 +72,10 @@ class _Group:
         self.full = None              # reduction: the reduced input shape, axes, kept count
         self.axes = None
         self.kept = None
+        # inlined into a layout consumer of another count: not inlined into a second one,
+        # where a chain (an update of an update, each reading its input at two places) would
+        # grow its expression exponentially
+        self.reshaped = False
 
 
 class _Fuser:
@@ -118,7 +122,7 @@ class _Fuser:
             return self.equal(prod(x), g.count) and not self.equal(prod(x), prod(out))
         if pattern == "injective":
             if g.kind == "injective" and not self.equal(prod(out), g.count):
-                return b.callee.name in READ_ONCE and self.feeds_only(g, index)
+                return b.callee.name in READ_ONCE and not g.reshaped and self.feeds_only(g, index)
             if g.kind in ("injective", "output_fusable"):
                 return self.equal(prod(out), g.count)
             if g.kind == "reduction":
@@ -146,7 +150,9 @@ class _Fuser:
     def join(self, g: _Group, b: Binding, pattern: str, index: int) -> None:
         g.members.append(index)
         if pattern == "injective" and g.kind == "injective":
-            g.count = prod(b.outvars[0].type.shape)     # the consumer's values are stored
+            count = prod(b.outvars[0].type.shape)       # the consumer's values are stored
+            g.reshaped = g.reshaped or not self.equal(count, g.count)
+            g.count = count
         if pattern == "reduction" and g.kind in ("injective", "output_fusable") and g.full is None:
             if g.kind == "injective":
                 g.kind = "reduction"
@@ -178,10 +184,14 @@ class _Fuser:
         if g.kind != "injective" or h.kind != "injective" or g.count is None or h.count is None:
             return False
         if not self.equal(g.count, h.count) and not (
-                self.fn.bindings[index].callee.name in READ_ONCE and self.feeds_only(h, index)):
+                self.fn.bindings[index].callee.name in READ_ONCE and not h.reshaped and
+                self.feeds_only(h, index)):
             return False
-        return not any(self.reaches(h.id, d) for d in g.deps if d != h.id) and \
-            not any(self.reaches(g.id, d) for d in h.deps if d != g.id)
+        # neither may read the other's values except through the consumer itself: inlined,
+        # a value is recomputed at every place it is read (a chain of updates, each reading
+        # its input at two places, would double its expression per step)
+        return not any(self.reaches(h.id, d) for d in g.deps) and \
+            not any(self.reaches(g.id, d) for d in h.deps)
 
     def merge(self, g: _Group, h: _Group) -> None:
         g.members = sorted(g.members + h.members)
