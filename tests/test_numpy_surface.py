@@ -98,8 +98,6 @@ def test_elementwise_helpers(n, dtype, data):
 def test_special_values():
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5], np.float32)
     y = np.array([np.nan, 1.0, np.nan, -0.0, 0.0, np.inf], np.float32)
-    for m in (np.isnan, lambda v: v):
-        pass
     check(lambda a, b: (rnp.isclose(a, b, equal_nan=True), rnp.isclose(a, b), rnp.hypot(a, b),
                         rnp.copysign(1.0, a), rnp.copysign(a, b), rnp.heaviside(a, b),
                         rnp.nan_to_num(a), rnp.nan_to_num(a, nan=-1.0, posinf=9.0, neginf=-9.0),
@@ -162,6 +160,10 @@ def test_cross(n, data):
                            np.cross(u.T, v.T, axis=0)), a, b, c, **F64)
     with pytest.raises(ValueError, match="dimension must be 2 or 3"):
         rnp.cross(np.ones(4), np.ones(4))
+    k = rj.dim("k")
+    g = rj.jit(lambda u: rnp.cross(u, u), shapes=(rj.ShapeDtypeStruct((n, k), "float64"),))
+    with pytest.raises(rj.ShapeError, match="cross: the vector length"):
+        g(a)
 
 
 @given(n=SIZES, cols=st.integers(0, 6), data=st.data())
@@ -212,7 +214,7 @@ def test_searchsorted_digitize(n, m, side, data):
           lambda s, t: (np.searchsorted(s, t, side), np.asarray(np.searchsorted(s, 0.5, side)),
                         np.digitize(t, s), np.digitize(t, s, right=True),
                         np.digitize(t, s[::-1]), np.digitize(t, s[::-1], right=True)), a, v)
-    perm = np.argsort(-a, kind="stable")[::-1].copy()
+    perm = np.argsort(a[::-1], kind="stable")
     check(lambda s, t, p: rnp.searchsorted(s, t, side, sorter=p),
           lambda s, t, p: np.searchsorted(s, t, side, sorter=p), a[::-1].copy(), v, perm)
     nan_a = np.array([1.0, 2.0, np.nan])
@@ -314,4 +316,3 @@ def test_numpy_functions_dispatch_on_traced_arrays():
                                m.vander(a[:4]), m.polyval(a[:3], a), m.rot90(m.outer(a, a)))
     f = rj.jit(fns(np))
     assert_same(f(x), fns(np)(x), **F64)
-    assert "median" in rj.make_ir(fns(np))(x).__str__() or True

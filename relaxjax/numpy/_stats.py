@@ -11,12 +11,13 @@ import numpy as np
 from .. import dtypes as dt
 from .. import lax
 from ..core import Tracer
-from ..lax.util import normalize_axes, normalize_axis
+from ..lax.util import normalize_axes
 from ..shapes import SymbolicDim, as_dim, dmax, prod as dim_prod, wrap_dim
+from ._functions import linspace
 from ._base import arr, cast, dtype_of, is_python_scalar, shape
 from ._indexing import flip, take
 from ._reductions import all as rall, max as rmax, mean, min as rmin, sum as rsum
-from ._shape_ops import broadcast_to, concatenate, moveaxis, ravel, reshape, swapaxes
+from ._shape_ops import broadcast_to, concatenate, moveaxis, ravel, reshape
 from ._sorting import sort
 from ._ufuncs import (_strong, add, clip, equal, floor, greater, greater_equal, isnan, less,
                       less_equal, logical_and, logical_not, logical_or, multiply, subtract,
@@ -76,7 +77,8 @@ def average(a, axis=None, weights=None, returned: bool = False, *, keepdims: boo
             rt = dt.result_type(dtype_of(a), dtype_of(w))
         if shape(w) != shape(a):
             if axis is None:
-                raise TypeError("average: axis must be specified when shapes of a and weights differ")
+                raise TypeError("average: axis must be specified when shapes of a and weights "
+                                "differ")
             axes = normalize_axes(axis, len(shape(a)))
             if len(shape(w)) != len(axes) or any(not _same(shape(w)[k], shape(a)[ax])
                                                  for k, ax in enumerate(axes)):
@@ -89,7 +91,8 @@ def average(a, axis=None, weights=None, returned: bool = False, *, keepdims: boo
             from ._shape_ops import transpose
             w = reshape(transpose(w, [int(i) for i in np.argsort(axes)]), tuple(full))
         scl = rsum(broadcast_to(cast(w, rt), _ushape(a)), axis=axis, dtype=rt, keepdims=keepdims)
-        avg = true_divide(rsum(multiply(cast(a, rt), cast(w, rt)), axis=axis, keepdims=keepdims), scl)
+        total = rsum(multiply(cast(a, rt), cast(w, rt)), axis=axis, keepdims=keepdims)
+        avg = true_divide(total, scl)
     if returned:
         if shape(scl) != shape(avg):
             scl = broadcast_to(scl, _ushape(avg))
@@ -165,7 +168,7 @@ def bincount(x, weights=None, minlength=None, *, length=None):
         xs = np.asarray(x)
         if xs.size and xs.min() < 0:
             raise ValueError("bincount: x must have no negative elements")
-        n = builtins_max(int(xs.max()) + 1 if xs.size else 0, int(n or 0)) if length is None else n
+        n = max(int(xs.max()) + 1 if xs.size else 0, int(n or 0)) if length is None else n
     elif n is None:
         raise ValueError("bincount: the result's length (max(x) + 1 in NumPy) depends on the "
                          "data; inside jit pass a static minlength= or length= (an int or a "
@@ -177,15 +180,10 @@ def bincount(x, weights=None, minlength=None, *, length=None):
     return rsum(where_values(hot, w, 0.0), axis=0)
 
 
-def builtins_max(a, b):
-    return a if a >= b else b
-
-
 def histogram(a, bins=10, range=None, density=None, weights=None):
     """``numpy.histogram`` with a number of equal bins (over ``range`` or the data's min and
     max) or an array of edges: ``(hist, bin_edges)``.  Bins are found by comparing with the
     edges (the last bin includes its right edge), as NumPy's corrected index computation."""
-    from ._extras import linspace
     a = ravel(arr(a))
     w = None if weights is None else ravel(arr(weights))
     if isinstance(bins, str):
@@ -201,17 +199,21 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
                 if first > last:
                     raise ValueError("histogram: max must be larger than min in range parameter")
                 if not (np.isfinite(first) and np.isfinite(last)):
-                    raise ValueError(f"histogram: supplied range of [{first}, {last}] is not finite")
+                    raise ValueError(f"histogram: supplied range of [{first}, {last}] is not "
+                                     f"finite")
         else:
             first, last = rmin(a), rmax(a)
         fa, la = (f if is_python_scalar(f) else arr(f) for f in (first, last))
-        bin_type = dt.result_type(*(type(f) if is_python_scalar(f) else dtype_of(f) for f in (fa, la)),
-                                  dtype_of(a))
+        bin_type = dt.result_type(*(type(f) if is_python_scalar(f) else dtype_of(f)
+                                    for f in (fa, la)), dtype_of(a))
         if dt.is_int(bin_type) or dt.is_bool(bin_type):
             bin_type = dt.result_type(bin_type, float)
-        same = equal(fa, la)
-        lo = where_values(same, subtract(fa, 0.5), fa)
-        hi = where_values(same, add(la, 0.5), la)
+        if is_python_scalar(fa) and is_python_scalar(la):      # stay weak, as in NumPy
+            lo, hi = (fa - 0.5, la + 0.5) if fa == la else (fa, la)
+        else:                                                   # an empty range widens by 1/2
+            same = equal(fa, la)
+            lo = where_values(same, subtract(fa, 0.5), fa)
+            hi = where_values(same, add(la, 0.5), la)
         edges = linspace(lo, hi, nb + 1, dtype=bin_type)
         keep = logical_and(greater_equal(a, lo), less_equal(a, hi))
         ac = reshape(cast(a, bin_type), (-1, 1))
@@ -302,15 +304,13 @@ def _to_front(a, axis):
         return flat, (), (1,) * nd
     axes = normalize_axes(axis, nd)
     rest = [i for i in range(nd) if i not in axes]
-    moved = moveaxis(a, list(axes), list(range(len(axes)))) if list(axes) != list(range(len(axes))) else a
+    front = list(range(len(axes)))
+    moved = moveaxis(a, list(axes), front) if list(axes) != front else a
     s = shape(moved)
     k = len(axes)
     flat = reshape(moved, (wrap_dim(dim_prod(s[:k])), *(wrap_dim(d) for d in s[k:])))
-    keep = tuple(1 if i in axes else wrap_dim(shape(a)[i]) for i in builtins_range(nd))
+    keep = tuple(1 if i in axes else wrap_dim(shape(a)[i]) for i in range(nd))
     return flat, tuple(wrap_dim(shape(a)[i]) for i in rest), keep
-
-
-builtins_range = range
 
 
 def _nan_fill(s, result, qnd: int):
@@ -392,7 +392,8 @@ def _quantile(a, q, axis, out, method, keepdims, weights, interpolation, name, p
         below = less(virtual, 0)
         bad = logical_or(above, isnan(virtual))
         pi = where_values(bad, wrap_dim(n - 1), where_values(below, 0, cast(prev, np.int64)))
-        ni = where_values(bad, wrap_dim(n - 1), where_values(below, 0, add(cast(prev, np.int64), 1)))
+        nxt = add(cast(prev, np.int64), 1)
+        ni = where_values(bad, wrap_dim(n - 1), where_values(below, 0, nxt))
         gamma = subtract(virtual, prev)
         if weak_q:
             gamma = _weak(gamma)
@@ -400,7 +401,8 @@ def _quantile(a, q, axis, out, method, keepdims, weights, interpolation, name, p
             gamma = reshape(gamma, (*qshape, *(1,) * rnd))
         lo, hi = take(s, pi, axis=0), take(s, ni, axis=0)
         diff = subtract(hi, lo)
-        r = where_values(greater_equal(gamma, 0.5), subtract(hi, multiply(diff, subtract(1, gamma))),
+        rest_w = 1 - gamma if isinstance(gamma, float) else subtract(1, gamma)   # stays weak
+        r = where_values(greater_equal(gamma, 0.5), subtract(hi, multiply(diff, rest_w)),
                          add(lo, multiply(diff, gamma)))
     r = _nan_fill(s, r, len(qshape))
     if keepdims:
