@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SIZES, SMALL_SIZES, arrays, assert_same, check
+from helpers import BACKENDS, SIZES, SMALL_SIZES, arrays, assert_same, check
 
 PER_OP = settings(max_examples=5, deadline=None)
 F64 = dict(rtol=1e-10, atol=1e-10)
@@ -40,7 +40,9 @@ def test_linspace_edges():
     assert_same(rnp.linspace(2.0, 3.0, 1), np.linspace(2.0, 3.0, 1))
     assert_same(rnp.linspace(2.0, 3.0, 0), np.linspace(2.0, 3.0, 0))
     y, step = rnp.linspace(0, 1, 5, retstep=True)
-    assert_same(y, np.linspace(0, 1, 5)) and float(step) == 0.25
+    assert_same(y, np.linspace(0, 1, 5))
+    assert float(step) == 0.25
+    assert np.isnan(rnp.linspace(0, 1, 1, retstep=True)[1])
     with pytest.raises(ValueError, match="non-negative"):
         rnp.linspace(0, 1, -1)
 
@@ -306,13 +308,18 @@ def test_interp(n, m, data):
           x, xp, fp, **F64)
 
 
-def test_numpy_functions_dispatch_on_traced_arrays():
-    """NumPy's own functions on traced arrays reach relaxjax.numpy (NEP 18)."""
+@pytest.mark.parametrize("backend", [*BACKENDS, "cuda-emulated"])
+def test_numpy_functions_dispatch_on_traced_arrays(backend):
+    """NumPy's own functions on traced arrays reach relaxjax.numpy (NEP 18), on every
+    backend (the CUDA C too, through the CPU emulator)."""
     x = np.linspace(-2, 3, 11)
-    fns = lambda m: lambda a: (m.isclose(a, a * 1.0000001), m.median(a), m.percentile(a, [10, 90]),
-                               m.histogram(a, 4), m.interp(a, a[::2], a[::2] ** 2),
-                               m.convolve(a, a[:3]), m.searchsorted(a, a[3]), m.nansum(a),
-                               m.kron(a[:2], a[:3]), m.cross(a[:3], a[3:6]), m.sinc(a),
-                               m.vander(a[:4]), m.polyval(a[:3], a), m.rot90(m.outer(a, a)))
-    f = rj.jit(fns(np))
-    assert_same(f(x), fns(np)(x), **F64)
+
+    def fns(m):
+        return lambda a: (m.isclose(a, a * 1.0000001), m.median(a), m.percentile(a, [10, 90]),
+                          m.histogram(a, 4), m.interp(a, a[::2], a[::2] ** 2),
+                          m.convolve(a, a[:3]), m.searchsorted(a, a[3]), m.nansum(a),
+                          m.kron(a[:2], a[:3]), m.cross(a[:3], a[3:6]), m.sinc(a),
+                          m.vander(a[:4]), m.polyval(a[:3], a), m.rot90(m.outer(a, a)),
+                          m.bincount((a > 0).astype(np.int64), minlength=3), m.hypot(a, a),
+                          m.copysign(a, -a), m.select([a > 0], [a]), m.meshgrid(a, a[:2]))
+    assert_same(rj.jit(fns(np), backend=backend)(x), fns(np)(x), **F64)
