@@ -64,6 +64,12 @@ def test_symbolic_sizes_compile_once():
                 np.bincount(np.arange(n) % 3, minlength=n))
         assert_same(jf(x), want, **F64)
     assert jf.cache_info().compiles == 1
+    # a symbolic num that is 1 at run time: [start], step NaN
+    g = rj.jit(lambda x: rnp.linspace(2.0, x[0], x.shape[0], retstep=True))
+    for n in (3, 1):
+        y, step = g(np.full(n, 5.0))
+        assert_same(y, np.linspace(2.0, 5.0, n))
+        assert_same(step, np.asarray(np.linspace(2.0, 5.0, n, retstep=True)[1]))
 
 
 @given(n=SMALL_SIZES, m=SMALL_SIZES, data=st.data())

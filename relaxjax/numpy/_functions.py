@@ -67,7 +67,8 @@ def linspace(start, stop, num=50, endpoint: bool = True, retstep: bool = False, 
         y = multiply(i, delta)
     else:
         divv = _dim_value(div)
-        step = true_divide(delta, divv)
+        # a symbolic num may be 1 at run time: divide by max(div, 1) so that y = start
+        step = true_divide(delta, divv if isinstance(div, int) else maximum(divv, 1))
         tiny = rany(equal(step, 0))
         y = where_values(tiny, multiply(true_divide(i, divv), delta), multiply(i, step))
         if not isinstance(div, int):          # a symbolic num may still be 1: step is nan
