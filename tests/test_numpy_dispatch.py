@@ -51,8 +51,8 @@ def test_relaxjax_numpy_ufunc_methods_eagerly():
 
 def test_what_is_missing_is_named():
     x = np.ones((2, 3))
-    with pytest.raises(NotImplementedError, match="numpy.isclose on traced arrays"):
-        rj.jit(lambda x: np.isclose(x, x))(x)
+    with pytest.raises(NotImplementedError, match="numpy.unique on traced arrays"):
+        rj.jit(lambda x: np.unique(x))(x)
     with pytest.raises(NotImplementedError, match=r"numpy.subtract.accumulate on traced arrays"):
         rj.jit(lambda x: np.subtract.accumulate(x))(x)
     out = np.empty(3)

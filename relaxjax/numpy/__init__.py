@@ -19,6 +19,7 @@ from ._matrix import diagonal, diag, trace, roll, cov, corrcoef  # noqa: F401
 from ._sorting import sort, argsort  # noqa: F401
 from ._creation import (full, zeros, ones, empty, full_like, zeros_like, ones_like,  # noqa: F401
                         empty_like, arange, eye, identity, array, asarray)
+from ._extras import *  # noqa: F401,F403  (linspace, isclose, histogram, median, ...)
 from . import linalg  # noqa: F401  (rnp.linalg: library calls, see relaxjax.library)
 from ._base import shape as _shape
 
