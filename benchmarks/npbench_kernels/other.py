@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import relaxjax.numpy as rnp
+
 from . import register
 from ._loops import fori_loop, scan, scatter_add, while_loop
 
@@ -53,7 +55,8 @@ def _naive_ref(data, radius, npt):
     return res
 
 
-@register("azimint_naive", "azimint_naive", "data radius npt", needs="control_flow",
+@register("azimint_naive", "azimint_naive", "data radius npt", static="npt",
+          needs="control_flow inplace",
           ref=_naive_ref, rtol=1e-9,
           inputs=lambda r, s: dict(data=_r(r, 50 * s), radius=_r(r, 50 * s), npt=3))
 def azimint_naive(data, radius, npt):
@@ -283,8 +286,10 @@ def go_fast(a):
 
 
 def _grid_c(xmin, xmax, ymin, ymax, xn, yn):
-    X = np.linspace(xmin, xmax, xn)
-    Y = np.linspace(ymin, ymax, yn)
+    # np.linspace(xmin, xmax, xn) with traced end points: relaxjax's linspace takes
+    # only Python numbers, so the grid is spelled out
+    X = xmin + (xmax - xmin) / (xn - 1) * np.arange(xn)
+    Y = ymin + (ymax - ymin) / (yn - 1) * np.arange(yn)
     return X[None, :] + 0.0 * Y[:, None], Y[:, None] + 0.0 * X[None, :]   # (yn, xn)
 
 
@@ -376,7 +381,8 @@ def _energy(pos, vel, mass, G):
     return ke, pe
 
 
-@register("nbody", "nbody", "mass pos vel Nt dt G softening", needs="control_flow", rtol=1e-8,
+@register("nbody", "nbody", "mass pos vel Nt dt G softening", static="Nt",
+          needs="control_flow", rtol=1e-8,
           inputs=lambda r, s: dict(mass=20.0 * np.ones((s, 1)) / s, pos=_r(r, s, 3),
                                    vel=_r(r, s, 3), Nt=4, dt=0.05, G=1.0, softening=0.1))
 def nbody(mass, pos, vel, Nt, dt, G, softening):
@@ -439,7 +445,7 @@ def scattering_self_energies(neigh_idx, dHr, dHi, Gr, Gi, Dr, Di, Sr, Si):
     sum over q, w <= E, i, j, b of G[k, E - w, neigh(a, b)] dH[a, b, i] dH[a, b, j]
     D[q, w, a, b, i, j], as complex einsums; the energy shift E - w is a 0/1 matrix."""
     ne, nw = Gr.shape[1], Dr.shape[1]
-    e, w = np.arange(ne), np.arange(nw)
+    e, w = rnp.arange(ne), rnp.arange(nw)
     shift = (e[None, :, None] - w[:, None, None] == e[None, None, :]).astype(Gr.dtype)
     Gn = (Gr[:, :, neigh_idx], Gi[:, :, neigh_idx])               # (k, E', a, b, x, y)
     Gs = (np.einsum("wEF,kFabxy->kEwabxy", shift, Gn[0]),         # G[k, E - w] or 0
@@ -555,7 +561,7 @@ def vadv(utens_stage, u_stage, wcon, u_pos, utens, dtr_stage):
     """weather_stencils/vadv: COSMO's vertical advection, an implicit tridiagonal
     (Thomas) solve along k for every column: a forward ``scan`` and a reverse one."""
     K = utens_stage.shape[2]
-    k = np.arange(K)
+    k = rnp.arange(K)
     w = wcon[1:] + wcon[:-1]                                       # (I, J, K)
     gav = np.where(k >= 1, -0.25 * w, 0.0)                         # none below k = 0
     gcv = np.where(k <= K - 2, 0.25 * np.concatenate([w[:, :, 1:], w[:, :, :1]], axis=2), 0.0)

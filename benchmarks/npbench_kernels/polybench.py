@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import relaxjax.numpy as rnp
+
 from . import register
 from ._loops import fori_loop, scan
 
@@ -145,7 +147,7 @@ def durbin(r):
     """polybench/durbin: Levinson-Durbin, the Yule-Walker system T y = -r with the
     symmetric Toeplitz T[i, j] = r[|i - j| - 1] (1 on the diagonal), solved directly."""
     n = r.shape[0]
-    i = np.arange(n)
+    i = rnp.arange(n)            # np.arange of a traced dim does not dispatch: rnp's
     lag = np.abs(i[:, None] - i[None, :])
     t = np.concatenate([np.ones(1, r.dtype), r])[lag]
     return np.linalg.solve(t, -r)
@@ -400,7 +402,7 @@ def deriche(alpha, imgIn):
     return _iir(out, a5, a6, b1, b2, False) + _iir(out, a7, a8, b1, b2, True)
 
 
-@register("fdtd_2d", SRC + "fdtd_2d", "TMAX ex ey hz _fict_", needs="control_flow",
+@register("fdtd_2d", SRC + "fdtd_2d", "TMAX ex ey hz _fict_", needs="control_flow inplace",
           inputs=lambda r, s: dict(TMAX=3, ex=_r(r, s, s + 1), ey=_r(r, s, s + 1),
                                    hz=_r(r, s, s + 1), _fict_=_r(r, 3)))
 def fdtd_2d(TMAX, ex, ey, hz, _fict_):
@@ -437,7 +439,7 @@ def _heat(a):
             + 0.125 * (a[1:-1, 1:-1, 2:] - 2.0 * c + a[1:-1, 1:-1, :-2]) + c)
 
 
-@register("heat_3d", SRC + "heat_3d", "TSTEPS A B", needs="control_flow",
+@register("heat_3d", SRC + "heat_3d", "TSTEPS A B", needs="control_flow inplace",
           inputs=lambda r, s: dict(TSTEPS=3, A=_r(r, s + 2, s + 2, s + 2),
                                    B=_r(r, s + 2, s + 2, s + 2)))
 def heat_3d(TSTEPS, A, B):
@@ -453,7 +455,7 @@ def heat_3d(TSTEPS, A, B):
     return fori_loop(1, TSTEPS, step, (A, B))
 
 
-@register("jacobi_1d", SRC + "jacobi_1d", "TSTEPS A B", needs="control_flow",
+@register("jacobi_1d", SRC + "jacobi_1d", "TSTEPS A B", needs="control_flow inplace",
           inputs=lambda r, s: dict(TSTEPS=4, A=_r(r, s + 2), B=_r(r, s + 2)))
 def jacobi_1d(TSTEPS, A, B):
     """polybench/jacobi_1d: 1-D three-point Jacobi stencil."""
@@ -472,7 +474,7 @@ def _jac2(a):
     return 0.2 * (a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1] + a[:-2, 1:-1])
 
 
-@register("jacobi_2d", SRC + "jacobi_2d", "TSTEPS A B", needs="control_flow",
+@register("jacobi_2d", SRC + "jacobi_2d", "TSTEPS A B", needs="control_flow inplace",
           inputs=lambda r, s: dict(TSTEPS=4, A=_r(r, s + 2, s + 2), B=_r(r, s + 2, s + 2)))
 def jacobi_2d(TSTEPS, A, B):
     """polybench/jacobi_2d: 2-D five-point Jacobi stencil."""
@@ -490,11 +492,11 @@ def jacobi_2d(TSTEPS, A, B):
 def _lu(A):
     """Doolittle LU without pivoting, one masked rank-1 update per pivot (the JAX way:
     whole-array ``where`` instead of shrinking slices)."""
-    i = np.arange(A.shape[0])
+    i = rnp.arange(A.shape[0])
 
     def step(k, A):
         below = (i > k)[:, None]
-        l = A[:, k] / A[k, k]
+        l = A[:, k] / A[k][k]         # A[k, k]: two traced indices are not supported
         upd = np.where((i > k)[None, :], A - l[:, None] * A[k, :][None, :], l[:, None])
         return np.where(below & (i >= k)[None, :], upd, A)
 
@@ -530,13 +532,13 @@ def _ludcmp_ref(A, b):
     return x, y, A
 
 
-@register("ludcmp", SRC + "ludcmp", "A b", needs="control_flow", ref=_ludcmp_ref,
+@register("ludcmp", SRC + "ludcmp", "A b", needs="control_flow inplace", ref=_ludcmp_ref,
           inputs=lambda r, s: dict(A=_spd(r, s), b=_r(r, s)))
 def ludcmp(A, b):
     """polybench/ludcmp: LU without pivoting, then forward and back substitution."""
     A = _lu(A)
     n = A.shape[0]
-    i = np.arange(n)
+    i = rnp.arange(n)
 
     def fwd(k, y):                       # y[k] = b[k] - A[k, :k] @ y[:k]
         y = y.copy()
@@ -548,7 +550,7 @@ def ludcmp(A, b):
     def back(m, x):                      # k = n - 1 - m
         k = n - 1 - m
         x = x.copy()
-        x[k] = (y[k] - np.sum(np.where(i > k, A[k, :] * x, 0.0))) / A[k, k]
+        x[k] = (y[k] - np.sum(np.where(i > k, A[k, :] * x, 0.0))) / A[k][k]
         return x
 
     x = fori_loop(0, n, back, np.zeros_like(b))
@@ -569,13 +571,13 @@ def _nussinov_ref(seq):
     return t
 
 
-@register("nussinov", SRC + "nussinov", "seq", needs="control_flow", ref=_nussinov_ref,
+@register("nussinov", SRC + "nussinov", "seq", needs="control_flow inplace", ref=_nussinov_ref,
           inputs=lambda r, s: dict(seq=r.integers(0, 4, s).astype(np.int32)), sizes=(1, 9))
 def nussinov(seq):
     """polybench/nussinov: RNA folding by dynamic programming over (i, j), i from the end;
     the inner max over split points k is one masked reduction."""
     n = seq.shape[0]
-    idx = np.arange(n)
+    idx = rnp.arange(n)
 
     def row(m, table):
         i = n - 1 - m
@@ -584,15 +586,16 @@ def nussinov(seq):
             down = np.roll(table[:, j], -1)                    # down[k] = table[k + 1, j]
             split = np.max(np.where((idx > i) & (idx < j), table[i, :] + down, 0))
             match = np.where((i < j - 1) & (seq[i] + seq[j] == 3), 1, 0)
-            best = np.maximum(np.maximum(table[i, j - 1], table[i + 1, j]),
-                              table[i + 1, j - 1] + match)
+            # table[a][b]: indexing with two traced scalars at once is not supported
+            best = np.maximum(np.maximum(table[i][j - 1], table[i + 1][j]),
+                              table[i + 1][j - 1] + match)
             table = table.copy()
-            table[i, j] = np.maximum(np.maximum(best, split), table[i, j])
+            table[i, j] = np.maximum(np.maximum(best, split), table[i][j])
             return table
 
         return fori_loop(i + 1, n, cell, table)
 
-    return fori_loop(0, n, row, np.zeros((n, n), np.int32))
+    return fori_loop(0, n, row, rnp.zeros((n, n), np.int32))
 
 
 def _seidel_ref(TSTEPS, A):
@@ -607,7 +610,7 @@ def _seidel_ref(TSTEPS, A):
     return A
 
 
-@register("seidel_2d", SRC + "seidel_2d", "TSTEPS A", needs="control_flow", ref=_seidel_ref,
+@register("seidel_2d", SRC + "seidel_2d", "TSTEPS A", needs="control_flow inplace", ref=_seidel_ref,
           inputs=lambda r, s: dict(TSTEPS=3, A=_r(r, s + 2, s + 2)))
 def seidel_2d(TSTEPS, A):
     """polybench/seidel_2d: 2-D Gauss-Seidel sweeps: per row, the terms from the rows
