@@ -21,6 +21,8 @@ pinned to that many CPUs when fewer than the machine's).  In it:
   else NPBench's relative norm error); then one call at each of two more sizes (the
   presets S, M and a size between them: three sizes in all) and
   ``cache_info().compiles``;
+- a kernel that fails jitted is also run eagerly on NumPy arrays (its control flow as
+  Python loops) and checked against the reference: the "eager" column;
 - NumPy, numba (the nopython variants in ``--numba-variants``, best median) and jax: the
   median of calls on fresh copies of the array arguments (NumPy and numba write into
   them), less the median of making those copies.
@@ -213,6 +215,15 @@ def worker(args) -> dict:
         res["status"] = first_line(e)
         res["traceback"] = traceback.format_exc(limit=-4)
 
+    # a kernel that did not run jitted: its algorithm run eagerly on NumPy arrays (control
+    # flow as Python loops, in-place updates on copies) against NPBench's NumPy version
+    if res.get("status") != "ok":
+        try:
+            ok, err = compare(ref, k.join(k.fn(*k.pack(data))), nb.info)
+            res["eager"] = "ok" if ok else f"wrong (relative error {err:.1e})"
+        except Exception as e:                  # noqa: BLE001
+            res["eager"] = first_line(e)
+
     # the peers
     peers = {"numpy": (lambda: np_impl, True, lambda o: None)}
     if not args.no_numba:
@@ -288,8 +299,8 @@ def geomean(xs):
 
 def table(results: list, args) -> str:
     lines = ["| kernel | status | relaxjax | NumPy | best numba / jax | NumPy / rj | best peer / rj "
-             "| compile s | compiles (3 sizes) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| compile s | compiles (3 sizes) | eager |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     vs_np, vs_best, comp, once = [], [], [], 0
     for r in results:
         rj_ = r.get("relaxjax", {})
@@ -313,7 +324,7 @@ def table(results: list, args) -> str:
         cells = [r["kernel"], status, fmt_t(t) if ok else "-", fmt_t(npy),
                  f"{fmt_t(best)} ({best_name})", f"{rn:.2f}" if rn else "-",
                  f"{rb:.2f}" if rb else "-", f"{c:.2f}" if ok and c is not None else "-",
-                 str(rj_.get("compiles", "-")) if ok else "-"]
+                 str(rj_.get("compiles", "-")) if ok else "-", r.get("eager", "")]
         lines.append("| " + " | ".join(cells) + " |")
     n_ok = sum(r.get("status") == "ok" for r in results)
     g_np, g_best = geomean(vs_np), geomean(vs_best)
