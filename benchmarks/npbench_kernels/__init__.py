@@ -32,6 +32,8 @@ class Kernel:
     #                                          values, then its output_args); None: all
     complex_in: tuple[str, ...] = ()   # of args: passed as two float arrays (re, im)
     complex_out: tuple[int, ...] = ()  # result positions that start a (re, im) pair
+    written: tuple[str, ...] = ()     # inputs NPBench's NumPy version writes its result
+    #                                    into though bench_info lists no output_args
     needs: frozenset = frozenset()     # {"control_flow", "inplace"}: features not yet merged
     inputs: Callable[[np.random.Generator, int], dict] | None = None  # small test inputs
     sizes: tuple[int, ...] = (1, 7)    # sizes the tests call inputs() with
@@ -89,7 +91,7 @@ KERNELS: dict[str, Kernel] = {}
 
 def register(name: str, source: str, args: str, **kw) -> Callable:
     def deco(fn: Callable) -> Callable:
-        for key in ("static", "complex_in"):
+        for key in ("static", "complex_in", "written"):
             if isinstance(kw.get(key), str):
                 kw[key] = tuple(kw[key].split())
         if "needs" in kw:

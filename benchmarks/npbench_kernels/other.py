@@ -439,6 +439,7 @@ def _ceinsum(spec, x, y):
 
 @register("scattering_self_energies", "scattering_self_energies",
           "neigh_idx dH G D Sigma", complex_in="dH G D Sigma", complex_out=(0,), rtol=1e-9,
+          written="Sigma",
           ref=_sse_ref, inputs=_sse_inputs, sizes=(1, 3))
 def scattering_self_energies(neigh_idx, dHr, dHi, Gr, Gi, Dr, Di, Sr, Si):
     """scattering_self_energies (OMEN's electron-phonon self-energy): Sigma[k, E, a] +=

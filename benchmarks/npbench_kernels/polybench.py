@@ -120,7 +120,7 @@ def covariance2(data):
     return np.cov(np.transpose(data))
 
 
-@register("doitgen", SRC + "doitgen", "A C4",
+@register("doitgen", SRC + "doitgen", "A C4", written="A",
           ref=lambda A, C4: np.einsum("rqs,sp->rqp", A, C4),
           inputs=lambda r, s: dict(A=_r(r, s, s + 1, s + 2), C4=_r(r, s + 2, s + 2)))
 def doitgen(A, C4):
@@ -141,16 +141,26 @@ def _durbin_ref(r):
     return y
 
 
-@register("durbin", SRC + "durbin", "r", ref=_durbin_ref,
+@register("durbin", SRC + "durbin", "r", ref=_durbin_ref, needs="control_flow",
           inputs=lambda r, s: dict(r=0.5 * _r(r, s) / (s + 1)))
 def durbin(r):
-    """polybench/durbin: Levinson-Durbin, the Yule-Walker system T y = -r with the
-    symmetric Toeplitz T[i, j] = r[|i - j| - 1] (1 on the diagonal), solved directly."""
+    """polybench/durbin: Levinson-Durbin recursion for the Yule-Walker equations, one
+    ``fori_loop`` step per order k; the reversed prefixes y[:k][::-1], r[:k][::-1] are
+    gathers at k - 1 - i under a mask (JAX style, whole-array updates)."""
     n = r.shape[0]
     i = rnp.arange(n)            # np.arange of a traced dim does not dispatch: rnp's
-    lag = np.abs(i[:, None] - i[None, :])
-    t = np.concatenate([np.ones(1, r.dtype), r])[lag]
-    return np.linalg.solve(t, -r)
+
+    def step(k, carry):
+        y, alpha, beta = carry
+        beta = beta * (1.0 - alpha * alpha)
+        rev = np.clip(k - 1 - i, 0, n - 1)                     # k-1-i for i < k
+        alpha = -(r[k] + np.sum(np.where(i < k, r[rev] * y, 0.0))) / beta
+        y = np.where(i < k, y + alpha * y[rev], np.where(i == k, alpha, y))
+        return y, alpha, beta
+
+    y0 = np.where(i == 0, -r[0], 0.0 * r)
+    y, _, _ = fori_loop(1, n, step, (y0, -r[0], 1.0 + 0.0 * r[0]))
+    return y
 
 
 @register("gemm", SRC + "gemm", "alpha beta C A B",
@@ -294,12 +304,20 @@ def _trisolv_ref(L, x, b):
     return x
 
 
-@register("trisolv", SRC + "trisolv", "L x b", ref=_trisolv_ref,
+@register("trisolv", SRC + "trisolv", "L x b", ref=_trisolv_ref, needs="control_flow",
           inputs=lambda r, s: dict(L=_r(r, s, s) + s * np.eye(s), x=_r(r, s), b=_r(r, s)))
 def trisolv(L, x, b):
     """polybench/trisolv: forward substitution with the lower triangle of L (x is
-    overwritten)."""
-    return np.linalg.solve(np.tril(L), b)
+    overwritten), one ``fori_loop`` step per row, the solved prefix under a mask.
+    (LAPACK's solve on np.tril(L) pivots, and NPBench's L is so ill-conditioned that the
+    pivoted result differs from plain substitution.)"""
+    i = rnp.arange(L.shape[0])
+
+    def row(k, x):
+        xk = (b[k] - np.sum(np.where(i < k, L[k, :] * x, 0.0))) / L[k][k]
+        return np.where(i == k, xk, x)
+
+    return fori_loop(0, L.shape[0], row, 0.0 * b)
 
 
 def _trmm_ref(alpha, A, B):
