@@ -166,9 +166,9 @@ def worker(args) -> dict:
     np_impl = nb.impl("numpy")
     a = nb.call_args(data, True)
     ref = nb.outputs(np_impl(*a), a)
-    ref += [a[nb.info["input_args"].index(n)] for n in k.written]
     if k.npb_out is not None:
         ref = [ref[i] for i in k.npb_out]
+    ref += [a[nb.info["input_args"].index(n)] for n in k.written]
 
     def copies():
         return nb.call_args(data, True)
