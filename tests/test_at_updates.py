@@ -358,3 +358,44 @@ def test_updates_of_dead_arrays_are_in_place():
     assert shared == [False]
     for got in _run(keeps, np.arange(8, dtype=np.float32)):
         assert_same(got, np.array([1.0, 3, 5, 7, 9, 11, 13, 16], np.float32))
+
+
+@given(shape=st.tuples(SMALL_SIZES, SMALL_SIZES, SMALL_SIZES), data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_several_traced_scalar_indices(shape, data):
+    """x[i, j] and x[i, j] = v with traced integer scalars (a loop's indices): a dynamic
+    window at those axes, negative indices counting from the end as in NumPy."""
+    x = data.draw(arrays("float64", shape), label="x")
+    i = data.draw(st.integers(-shape[0], shape[0] - 1), label="i")
+    j = data.draw(st.integers(-shape[1], shape[1] - 1), label="j")
+
+    def f(x, i, j):
+        a = x[i, j] * 2.0 + x[i, j, 1:].sum()
+        x[i, j, 0] = a[0]
+        x[i, j] += 1.0
+        return a, x
+    y = x.copy()
+    a = y[i, j] * 2.0 + y[i, j, 1:].sum()
+    y[i, j, 0] = a[0]
+    y[i, j] += 1.0
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x, np.int64(i), np.int64(j)), (a, y))
+
+
+def test_ufunc_at_on_traced_arrays():
+    """np.add.at(x, i, v) (unbuffered: repeated indices accumulate) rebinds a traced x; a
+    NumPy array updated with traced indices is a TypeError saying to make it traced."""
+    def f(x, i, v):
+        np.add.at(x, i, v)
+        y = rnp.zeros(4)
+        np.maximum.at(y, i % 4, v)
+        return x, y
+    x, i, v = np.zeros(5), np.array([0, 1, 1, 4, 4, 4]), np.arange(6.0)
+    xr, yr = x.copy(), np.zeros(4)
+    np.add.at(xr, i, v)
+    np.maximum.at(yr, i % 4, v)
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x, i, v), (xr, yr))
+    assert not x.any()                                  # the caller's array is untouched
+    with pytest.raises(TypeError, match="NumPy array .* cannot hold traced values"):
+        rj.jit(lambda i, v: np.add.at(np.zeros(5), i, v))(i, v)

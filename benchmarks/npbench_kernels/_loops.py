@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import relaxjax as rj
+import relaxjax.numpy as rnp
 from relaxjax.core import Tracer
 
 
@@ -69,8 +70,10 @@ def scan(f, init, xs, length=None, reverse=False):
 
 def scatter_add(x, idx, v):
     """``x.at[idx].add(v)`` (JAX); on NumPy arrays ``np.add.at`` on a copy."""
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) and not _traced(idx, v):
         y = x.copy()
         np.add.at(y, idx, v)
         return y
+    if isinstance(x, np.ndarray):
+        x = rnp.zeros(x.shape, x.dtype) + x            # traced, so that it can be updated
     return x.at[idx].add(v)

@@ -31,7 +31,7 @@ from ..core import Tracer, current_trace
 from ..errors import ShapeError
 from ..shapes import dim_str, prod as dim_prod
 from ._base import arr, cast, dtype_of, live_bases, shape, user_shape
-from ._indexing import boolean_mask, getitem, is_mask_index, nonzero, parse_index
+from ._indexing import boolean_mask, getitem, is_mask_index, nonzero, parse_index, scalar_window
 from ._shape_ops import broadcast_to, moveaxis, reshape
 
 # .at method -> (elementwise combine on the window, scatter mode at an index array)
@@ -86,6 +86,11 @@ def update(x, idx, v, method: str, *, mode=None, numpy_semantics: bool = False):
     oob = "error" if numpy_semantics else _MODES[mode]
     xd = dtype_of(x)
     elementwise, scatter_mode = _COMBINE[method]
+    win = scalar_window(x, idx) if isinstance(x, Tracer) else None
+    if win is not None:                 # x[i, j] = v with traced scalars: a dynamic window
+        window, rest, starts = win
+        return lax.dynamic_update_slice(x, update(window, rest, v, method, mode=mode,
+                                                  numpy_semantics=numpy_semantics), starts)
     if is_mask_index(x, idx):
         return _mask_update(x, idx[0] if isinstance(idx, tuple) else idx, v, method, what)
     w = parse_index(x, idx)
@@ -303,3 +308,37 @@ def inplace(name: str):
         return self
     op.__name__ = f"__i{name}__"
     return op
+
+
+# NumPy's ufunc.at: unbuffered, so repeated indices accumulate; an index out of range is an
+# IndexError.  The x.at[] method each ufunc combines with.
+UFUNC_AT = {"add": "add", "subtract": "subtract", "multiply": "multiply", "true_divide": "divide",
+            "divide": "divide", "maximum": "max", "minimum": "min", "power": "power"}
+
+
+def ufunc_at(name: str):
+    """``np.<name>.at(a, indices, b)``: on a traced ``a`` the tracer is rebound to the
+    updated value (every name for ``a`` sees it, as NumPy's in-place update); on a NumPy
+    array NumPy's own."""
+    def at(a, indices, b=None):
+        what = f"numpy.{name}.at"
+        if not isinstance(a, Tracer):
+            if any(isinstance(x, Tracer) for x in (indices, b)) or current_trace() is not None:
+                raise TypeError(
+                    f"{what}: the array updated is a NumPy array ({np.asarray(a).dtype}"
+                    f"{list(np.shape(a))}) and the indices or values are traced: a NumPy array "
+                    f"cannot hold traced values. Create it with relaxjax.numpy (rnp.zeros(...)) "
+                    f"or rnp.asarray(a) so that it is traced")
+            getattr(np, name).at(a, indices, b)
+            return None
+        if b is None:
+            raise TypeError(f"{what}: relaxjax needs the second operand b")
+        _check_local(a, what)
+        _check_writable(a, what)
+        new = update(a, indices, b, UFUNC_AT[name], numpy_semantics=True)
+        if new.weak_type != a.weak_type:
+            new = lax.convert.bind(new, dtype=a.dtype, weak=a.weak_type)
+        a.atom = new.atom
+        return None
+    at.__name__ = "at"
+    return at

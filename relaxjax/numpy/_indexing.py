@@ -9,7 +9,7 @@ from .. import lax
 from ..core import Tracer, current_trace
 from ..errors import InconclusiveDimensionError
 from ..lax.util import normalize_axis
-from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize
+from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize, wrap_dim
 from ._base import arr, cast, dtype_of, env, shape, view
 from ._shape_ops import moveaxis, ravel, stack
 from ._ufuncs import not_equal, subtract, where_values
@@ -198,11 +198,45 @@ def parse_index(a, idx) -> Window:
     return Window(starts, sizes, steps, out_shape, gather, moved, whole)
 
 
+def scalar_window(a, idx):
+    """``a[i, j, ...]`` with two or more traced integer scalars among ints and slices (a loop's
+    indices): ``(window, rest, starts)`` where ``window`` is the dynamic slice of size 1 at
+    those axes (JAX's semantics: a start out of range is clamped; negative ones count from
+    the end first, as NumPy's) and ``rest`` the index to apply to it; None for any other
+    index."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    scalars = [v for v in idx if isinstance(v, Tracer) and not shape(v)]
+    if len(scalars) < 2 or any(v is None or v is Ellipsis or (_is_array_index(v) and shape(v))
+                               for v in idx):
+        return None
+    if any(not dt.is_int(dtype_of(v)) for v in scalars):
+        return None                     # the usual error for non-integer indices
+    s = shape(a)
+    if len(idx) > len(s):
+        return None
+    idx = idx + (slice(None),) * (len(s) - len(idx))
+    starts, sizes, rest = [], [], []
+    for v, d in zip(idx, s):
+        if isinstance(v, Tracer) and not shape(v):
+            starts.append(where_values(v < 0, v + wrap_dim(d), v))
+            sizes.append(1)
+            rest.append(0)
+        else:
+            starts.append(0)
+            sizes.append(d)
+            rest.append(v)
+    return lax.dynamic_slice(a, starts, sizes), tuple(rest), starts
+
+
 def getitem(a, idx):
     """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
-    integer-array index, or one leading boolean mask.  Without an array index the result
-    is a view of ``a`` (writing into it while ``a`` lives is an error)."""
+    integer-array index (or any number of traced integer scalars, see ``scalar_window``), or
+    one leading boolean mask.  Without an array index the result is a view of ``a``
+    (writing into it while ``a`` lives is an error)."""
     a = arr(a)
+    win = scalar_window(a, idx) if isinstance(a, Tracer) else None
+    if win is not None:
+        return getitem(win[0], win[1])
     if is_mask_index(a, idx):
         return boolean_mask(a, idx if not isinstance(idx, tuple) else idx[0])
     w = parse_index(a, idx)

@@ -1,9 +1,10 @@
 """NumPy's ufunc methods on relaxjax.numpy's binary functions: ``rnp.add.outer(a, b)``,
 ``rnp.add.reduce(x, axis=0)``, ``rnp.maximum.accumulate(x)`` (and NumPy's own
-``np.add.outer(x, y)`` on traced arrays, which dispatches here).  ``ufunc.at`` updates in
-place and is left to the in-place update API."""
+``np.add.outer(x, y)`` on traced arrays, which dispatches here), and ``ufunc.at`` (an update
+of a traced array in place: the tracer is rebound, see ``_at``)."""
 from __future__ import annotations
 
+from . import _at
 from . import _reductions as red
 from . import _ufuncs as uf
 from ._base import arr, cast, shape
@@ -51,6 +52,8 @@ def attach() -> None:
             fn.reduce = _reduce(_REDUCE[name])
         if name in _ACCUMULATE:
             fn.accumulate = _accumulate(_ACCUMULATE[name])
+        if name in _at.UFUNC_AT:
+            fn.at = _at.ufunc_at(name)
 
 
 __all__ = ["attach"]
