@@ -328,3 +328,15 @@ def test_writing_an_enclosing_array_inside_a_body_is_an_error():
     text = rj.jit(lambda A: lax.fori_loop(0, 3, lambda t, A: A.at[1:-1].set(A[:-2] + A[2:]), A)) \
         .lower(np.zeros(8)).as_text("optimized").split("@tir")[0]
     assert text.count("call_tir(") == 1, text
+
+
+def test_gather_indices_are_checked_natively_inside_a_native_loop():
+    """x[i + t] with a traced index is checked in the segment itself, so such a body still
+    runs as one native call, and an index out of range is NumPy's IndexError."""
+    f = rj.jit(lambda x, i: lax.fori_loop(0, 3, lambda t, c: c + x[i + t] * (t + 1), 0.0))
+    x = np.arange(5.0)
+    assert all(p is not None for p in _native_plans(f, x, np.int64(1)))
+    assert f(x, np.int64(1)) == 1.0 + 2 * 2.0 + 3 * 3.0
+    assert f(x, np.int64(-5)) == 0.0 + 2 * 1.0 + 3 * 2.0           # negative: from the end
+    with pytest.raises(IndexError, match="out of bounds"):
+        f(x, np.int64(3))

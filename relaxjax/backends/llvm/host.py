@@ -21,6 +21,9 @@ from .irtypes import llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
+# a segment's status for a gather index out of range (below it: the call's position + 1
+# << 32, as for a failing library call)
+INDEX_ERROR = 1 << 62
 
 # CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
 # pointer 16 bytes in.  ``check_object_layout`` verifies both at start-up.
@@ -56,12 +59,6 @@ class LibraryHostCall:
     binding: Binding
 
 
-@dataclass
-class HostCheck:
-    """The ``host_checks`` of a call, made before the segment that holds the call."""
-    binding: Binding
-
-
 class SegmentEmitter(KernelEmitter):
     """Emits ``int64_t seg(PyObject *buffers, PyObject *dims)``: ``buffers`` is a tuple of NumPy
     arrays and ``dims`` an int64 array; the data pointers are read from the array objects
@@ -70,13 +67,14 @@ class SegmentEmitter(KernelEmitter):
     (batched) CBLAS calls; other library calls call their native implementation with the
     ABI of :mod:`relaxjax.library`.  The segment returns 0, or stops at the first library
     call that fails and returns ``(k + 1) << 32 | status`` (``k``: the call's position in the
-    segment)."""
+    segment), or at a gather index out of range (``INDEX_ERROR | (k + 1) << 32``)."""
 
     def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
         self.natives: dict = {}         # LLVM symbol -> address of a native library function
+        self.checked = False            # whether it checks gather indices (a status to read)
 
     def emit(self) -> str:
         fn = self.fn = _Fn()
@@ -88,6 +86,8 @@ class SegmentEmitter(KernelEmitter):
             self.env[name] = fn.val("i64", f"load i64, ptr {p}")
         for k, b in enumerate(self.seg.calls):
             if b.kind == "tir":
+                if b.callee.host_checks:
+                    self._index_checks(b, k)
                 self._call_tir(b)
             elif b.callee.name in GEMMS:
                 self._gemm(b)
@@ -105,6 +105,43 @@ class SegmentEmitter(KernelEmitter):
         p = fn.val("ptr", f"getelementptr i8, ptr {obj}, i64 {ARRAY_DATA_OFFSET}")
         data = fn.val("ptr", f"load ptr, ptr {p}")
         return fn.val("i64", f"ptrtoint ptr {data} to i64")
+
+    def _index_checks(self, b: Binding, k: int) -> None:
+        """A call's ``host_checks`` (gather indices read from data, each in [-n, n)) made
+        natively before it: a failing one returns ``INDEX_ERROR | (k + 1) << 32`` and the
+        runtime raises NumPy's IndexError from the buffers."""
+        fn = self.fn
+        for kind, pos, size, axis in b.callee.host_checks:
+            v = b.args[pos]
+            ity = llty(v.type.dtype)
+            ext = "zext" if v.type.dtype.kind == "u" else "sext"
+            total = Const(1, INDEX)
+            for d in v.type.shape:
+                total = total * from_sympy(d)
+            count, n = self._expr(total), self._expr(from_sympy(size))
+            lo = fn.val("i64", f"sub i64 0, {n}")
+            data = fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr")
+            pre = fn.block
+            head, body, bad, done = (fn.label(x) for x in ("ichk", "ichkb", "ichkbad", "ichkok"))
+            nxt = fn.tmp()
+            fn.emit(f"br label %{head}")
+            fn.start_block(head)
+            j = fn.val("i64", f"phi i64 [ 0, %{pre} ], [ {nxt}, %{body} ]")
+            more = fn.val("i1", f"icmp slt i64 {j}, {count}")
+            fn.emit(f"br i1 {more}, label %{body}, label %{done}")
+            fn.start_block(body)
+            p = fn.val("ptr", f"getelementptr {ity}, ptr {data}, i64 {j}")
+            x = fn.val(ity, f"load {ity}, ptr {p}")
+            x = x if ity == "i64" else fn.val("i64", f"{ext} {ity} {x} to i64")
+            under = fn.val("i1", f"icmp slt i64 {x}, {lo}")
+            over = fn.val("i1", f"icmp sge i64 {x}, {n}")
+            out = fn.val("i1", f"or i1 {under}, {over}")
+            fn.emit(f"{nxt} = add i64 {j}, 1")
+            fn.emit(f"br i1 {out}, label %{bad}, label %{head}")
+            fn.start_block(bad)
+            fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
+            fn.start_block(done)
+        self.checked = True
 
     def _call_tir(self, b: Binding) -> None:
         fn, f = self.fn, b.callee

@@ -143,7 +143,9 @@ class NativeFori:
         status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), dims,
                        idx.ctypes.data, lo, hi)
         if status:
-            body._library_error(0, status)
+            # which tuple the failing iteration used does not matter for the message:
+            # the index buffers are the body's own (or loop-invariant) values
+            body._library_error(0, status, base, D)
         last = y if (hi - lo) % 2 == 1 else z
         return [last[k] if k in last else carry0[k] for k in range(n)]
 

@@ -21,7 +21,7 @@ from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_kernel, compile_l
                      set_num_threads)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
-from .host import HostCheck, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
+from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
 from .native_loop import LLVMControlFlow
 
 
@@ -88,9 +88,7 @@ class LLVMExecutable(Executable):
                     self.control[id(b)] = LLVMControlFlow(b, LLVMExecutable)
             elif b.kind == "library" and _python_library(b):
                 steps.append(LibraryHostCall(b))
-            else:
-                if b.kind == "tir" and b.callee.host_checks:
-                    steps.append(HostCheck(b))
+            else:                       # (gather index checks run in the segment)
                 if not steps or not isinstance(steps[-1], Segment):
                     steps.append(Segment(f"seg{sum(isinstance(s, Segment) for s in steps)}"))
                 steps[-1].calls.append(b)
@@ -116,29 +114,31 @@ class LLVMExecutable(Executable):
             texts.append(text)
             self.kernel_modules.append(cm)
         parts, helpers = [], set()
-        self.fallible = set()           # segments with native library calls (a status to check)
+        self.fallible = set()           # segments with a status to check
+        in_memory = False               # native library functions are process addresses
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms)
             parts.append(em.emit())
             helpers |= em.helpers_used
             for sym, addr in em.natives.items():
                 llvm.add_symbol(sym, addr)
-            if em.natives:
+            if em.natives or em.checked:
                 self.fallible.add(seg.name)
+            in_memory |= bool(em.natives)
         decls = {f"declare void @{s}(ptr)" for s in syms.values()} | \
             {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
         seg_text = "\n\n".join([f"; relaxjax host segments of {self.fn.name}", "\n".join(sorted(decls))]
                                 + parts) + "\n"
         # native library functions are process addresses: such segments stay in memory (MCJIT)
         self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments],
-                                           self.native and not self.fallible)
+                                           self.native and not in_memory)
         return "\n\n".join(texts + [seg_text])
 
     # -- running ---------------------------------------------------------------------------
     def _make_runner(self):
         """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
-             "_host": self._host_op, "_check": self._host_check, "_lib": self._library_call,
+             "_host": self._host_op, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
         self.pooling = runner_memory.POOLING      # read per build (tests switch it)
         self._stats = [0, 0, 0, 0, 0, None, None]
@@ -178,11 +178,9 @@ class LLVMExecutable(Executable):
                 g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 if st.name in self.fallible:
                     L.append(f"  _r = _seg{si}(tuple(_b), _dims)")
-                    L.append(f"  if _r: _liberr({si}, _r)")
+                    L.append(f"  if _r: _liberr({si}, _r, _b, D)")
                 else:
                     L.append(f"  _seg{si}(tuple(_b), _dims)")
-            elif isinstance(st, HostCheck):
-                L.append(f"  _check({si}, _b, D)")
             else:
                 L.append(f"  _host({si}, _b, D, _dims)")
                 for v in st.binding.outvars:        # dims the host op bound
@@ -234,8 +232,8 @@ class LLVMExecutable(Executable):
         }
         return out
 
-    def _host_check(self, step: int, bufs: list, D: dict) -> None:
-        b: Binding = self.steps[step].binding
+    def _check_indices(self, b: Binding, bufs: list, D: dict) -> None:
+        """NumPy's IndexError for a gather index out of range (the message names it)."""
         for kind, pos, size, axis in b.callee.host_checks:
             idx = bufs[self.slot_of[b.args[pos]]]
             n = _eval(size, D)
@@ -252,9 +250,14 @@ class LLVMExecutable(Executable):
         if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
             impl.raise_status(status)
 
-    def _library_error(self, step: int, r: int) -> None:
-        """A segment stopped at a failing native library call: raise its error."""
-        b: Binding = self.steps[step].calls[(r >> 32) - 1]
+    def _library_error(self, step: int, r: int, bufs=None, D=None) -> None:
+        """A segment stopped at a failing native library call or at a gather index out of
+        range: raise its error."""
+        b: Binding = self.steps[step].calls[((r & ~INDEX_ERROR) >> 32) - 1]
+        if r & INDEX_ERROR:
+            self._check_indices(b, list(bufs), D)     # names the index, axis and size
+            # (a native loop's failing iteration read another carry than the buffers given)
+            raise IndexError(f"an index is out of bounds in {b.callee.name}")
         status = ctypes.c_int32(r & 0xFFFFFFFF).value
         lookup(b.callee.name).raise_status(status)
 
