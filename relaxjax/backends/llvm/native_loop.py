@@ -17,9 +17,12 @@ import threading
 
 import numpy as np
 
+from ...compile.memplan import byte_size
 from ...ir import Binding, Var
 from ...shapes import eval_dim
 from ..control_flow import ControlFlowRunner
+from .buffer_pool import POOL, _aligned_block
+from .runner_memory import POOL_MIN_BYTES
 from .engine import compile_llvm
 from .host import Segment
 
@@ -127,13 +130,25 @@ class NativeFori:
         for k, c in body.consts.items():
             base[k] = c
 
+        plan, blocks = body.memory_plan, {}
+
         def alloc(v):
-            return np.empty(tuple(eval_dim(d, D) for d in v.type.shape), v.type.dtype)
+            """A value's buffer: a view of its storage when the body's memory plan shares
+            one (intermediates whose lifetimes do not overlap), else its own array; large
+            ones from the reuse pool (fresh memory would page-fault on every loop)."""
+            shape = tuple(eval_dim(d, D) for d in v.type.shape)
+            st = plan.storage_of.get(v) if plan is not None else None
+            if st is None:
+                return _pooled(shape, v.type.dtype)
+            if st.index not in blocks:
+                blocks[st.index] = _pooled((max(eval_dim(st.size, D), 1),), np.dtype(np.uint8))
+            n = eval_dim(byte_size(v), D)
+            return blocks[st.index][:n].view(v.type.dtype).reshape(shape)
         for v in self.outvars:
             base[slot[v]] = alloc(v)
         fresh = [k for k, r in enumerate(self.results) if r is not self.carry_params[k]]
         y = {k: base[slot[self.results[k]]] for k in fresh}
-        z = {k: alloc(self.results[k]) for k in fresh}
+        z = {k: alloc(self.results[k]) for k in fresh}     # (results are unplanned: own arrays)
         ta, tb = list(base), list(base)
         for k in fresh:
             p, r = slot[self.carry_params[k]], slot[self.results[k]]
@@ -148,6 +163,18 @@ class NativeFori:
             body._library_error(0, status, base, D)
         last = y if (hi - lo) % 2 == 1 else z
         return [last[k] if k in last else carry0[k] for k in range(n)]
+
+
+def _pooled(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An aligned array whose memory comes from, and returns to, the reuse pool when large."""
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n < POOL_MIN_BYTES:
+        return np.empty(shape, dtype)
+    blk = POOL.take(n)
+    blk = _aligned_block(n) if blk is None else blk
+    flat = np.frombuffer(memoryview(blk), dtype)     # (see runner_memory: the base is blk's)
+    POOL.put_when_dead(flat, blk)
+    return flat.reshape(shape)
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
