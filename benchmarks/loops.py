@@ -77,13 +77,13 @@ def run(label: str) -> list:
             assert np.allclose(native(a, k), want)
             t_np = _median(lambda: numpy_loop(step)(a, t))
             t_nat = _median(lambda: native(a, k))
-            plan = native_loop.NativeFori.plan
-            native_loop.NativeFori.plan = staticmethod(lambda b, body: None)
+            plan = native_loop.NativeLoop.plan
+            native_loop.NativeLoop.plan = staticmethod(lambda b, body: None)
             try:
                 hosted_fresh = rj.jit(relaxjax_loop(step))
                 t_host = _median(lambda: hosted_fresh(a, k))
             finally:
-                native_loop.NativeFori.plan = plan
+                native_loop.NativeLoop.plan = plan
             rows.append((label, name, "x".join(map(str, shape)), t, t_np / t * 1e6, t_nat / t * 1e6,
                          t_host / t * 1e6, t_np / t_nat))
     return rows

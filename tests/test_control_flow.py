@@ -279,6 +279,34 @@ def test_llvm_runs_a_one_segment_fori_body_natively(steps):
     assert np.array_equal(x, x0) and np.array_equal(w, w0)
 
 
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 5, 8])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_llvm_runs_a_one_segment_scan_body_natively(length, reverse):
+    """A scan body that compiled to one native segment runs in one native call: each
+    iteration's slices of xs are copied in and its outputs copied out into the stacked ys,
+    for an output that is the new carry itself, the incoming carry, a slice of xs or a
+    value of its own; every length parity and direction gives NumPy's answer."""
+    def f(xs, zs, w):
+        def step(c, x):
+            row, z = x
+            new = c * 0.5 + row * z + w
+            return new, (new, c, row, (new * new).sum())
+        return lax.scan(step, rnp.ones(xs.shape[1]), (xs, zs), reverse=reverse)
+    rng = np.random.default_rng(length)
+    xs, zs, w = rng.standard_normal((length, 3)), rng.standard_normal(length), rng.standard_normal(3)
+    x0 = xs.copy()
+    c, outs = np.ones(3), [[None] * length for _ in range(4)]
+    for t in (range(length - 1, -1, -1) if reverse else range(length)):
+        new = c * 0.5 + xs[t] * zs[t] + w
+        outs[0][t], outs[1][t], outs[2][t], outs[3][t] = new, c, xs[t], (new * new).sum()
+        c = new
+    want = (c, tuple(np.array(o).reshape((length,) + ((3,) if k < 3 else ())) for k, o in enumerate(outs)))
+    jf = rj.jit(f)
+    assert all(p is not None for p in _native_plans(jf, xs, zs, w))
+    assert_same(jf(xs, zs, w), want, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(xs, x0)
+
+
 def test_bodies_with_host_steps_use_the_host_driver():
     """A body with a host operation between kernels (a boolean mask binds a dim) cannot run
     as one native call: it takes the host driver, with the same results."""

@@ -1,65 +1,141 @@
-"""``fori_loop`` in native code: a loop body that compiled to one native segment runs its
-whole trip count in one call, no Python per iteration.
+"""``fori_loop`` and ``scan`` in native code: a loop body that compiled to one native
+segment runs its whole trip count in one call, no Python per iteration.
 
 The body's buffers are allocated once per loop (its shapes do not change between
 iterations) and the carries are double-buffered: three tuples of buffers, each what the
 segment reads and writes for one iteration — the first reads the loop's initial carries
 and writes set Y, then the others alternate, reading Y and writing Z, reading Z and writing
-Y — and a small LLVM driver stores the loop index and calls the segment with the tuple of
-each iteration.  Bodies this does not fit (host operations between kernels, a carry
-returned from another carry's place) run through the host driver
+Y.  A small LLVM driver runs the iterations: it stores the loop index (``fori_loop``),
+copies each scanned input's slice ``xs[t]`` into the body's parameter buffer, calls the
+segment with the tuple of the iteration, and copies each stacked output into ``ys[t]``
+(``scan``).  Bodies this does not fit (host operations between kernels, a carry returned
+from another carry's place) run through the host driver
 (:class:`~relaxjax.backends.control_flow.ControlFlowRunner`).
 """
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 
 import numpy as np
 
 from ...compile.memplan import byte_size
 from ...ir import Binding, Var
-from ...shapes import eval_dim
+from ...shapes import eval_dim, is_symbolic
 from ..control_flow import ControlFlowRunner
 from .buffer_pool import POOL, _aligned_block
 from .runner_memory import POOL_MIN_BYTES
 from .engine import compile_llvm
-from .host import Segment
+from .host import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET, Segment
 
-_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.py_object, ctypes.py_object,
-                           ctypes.py_object, ctypes.py_object, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_int64)
+_OBJ = ctypes.py_object
+_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, _OBJ, _OBJ, _OBJ, _OBJ, _OBJ,
+                           ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _OBJ, _OBJ, ctypes.c_int64,
+                           _OBJ, _OBJ, ctypes.c_int64)
 _DRIVERS: dict = {}
 _LOCK = threading.Lock()
+# A scanned input is two arrays (the body's parameter, xs) and two numbers (xs's stride and
+# the slice's bytes); a stacked output is four arrays (the body's result in the first, odd
+# and even iterations' tuples, ys) and the same two numbers.  The driver reads each array's
+# data pointer from the object, as segments do (cheaper than fetching it in Python).
+X_ARRAYS, Y_ARRAYS = 2, 4
+
+
+def _data(k: str, tup: str, tag: str) -> str:
+    """LLVM lines loading the data pointer of array ``tup[k]`` into ``%<tag>``."""
+    return f"""  %{tag}.o = mul i64 {k}, 8
+  %{tag}.i = add i64 %{tag}.o, {TUPLE_ITEMS_OFFSET}
+  %{tag}.p = getelementptr i8, ptr {tup}, i64 %{tag}.i
+  %{tag}.a = load ptr, ptr %{tag}.p
+  %{tag}.d = getelementptr i8, ptr %{tag}.a, i64 {ARRAY_DATA_OFFSET}
+  %{tag} = load ptr, ptr %{tag}.d
+"""
 
 
 def _driver(bits: int):
-    """``i64 drive(seg, t0, ta, tb, dims, idx, lo, hi)``: for i in [lo, hi) store i (as an
-    integer of ``bits``) at ``idx`` and call ``seg(t, dims)`` with t0 first, then ta, tb, ta,
-    ...; returns the first nonzero status of a segment, else 0."""
+    """``i64 drive(seg, t0, ta, tb, dims, idx, lo, hi, rev, xa, xn, nx, ya, yn, ny)``: for i
+    in [lo, hi), with t = i (or hi - 1 - (i - lo) when ``rev``): store t (an integer of
+    ``bits``) in array ``idx``, copy the nx slices that ``xa``/``xn`` describe, call
+    ``seg(tuple, dims)`` with t0 first, then ta, tb, ta, ..., copy the ny outputs that
+    ``ya``/``yn`` describe; returns the first nonzero status of a segment, else 0."""
     with _LOCK:
         if bits in _DRIVERS:
             return _DRIVERS[bits]
-        store = "%i" if bits == 64 else "%ti"
+        store = "%t" if bits == 64 else "%tt"
         text = f"""
-define i64 @rj_fori_driver(ptr %seg, ptr %t0, ptr %ta, ptr %tb, ptr %dims, ptr %idx, i64 %lo, i64 %hi) {{
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
+define i64 @rj_loop_driver(ptr %seg, ptr %t0, ptr %ta, ptr %tb, ptr %dims, ptr %idxa, i64 %lo, i64 %hi, i64 %rev, ptr %xa, ptr %xna, i64 %nx, ptr %ya, ptr %yna, i64 %ny) {{
 entry:
   %go = icmp slt i64 %lo, %hi
+  %isrev = icmp ne i64 %rev, 0
+  %hm1 = sub i64 %hi, 1
+  %idxp = getelementptr i8, ptr %idxa, i64 {ARRAY_DATA_OFFSET}
+  %idx = load ptr, ptr %idxp
+  %xnp = getelementptr i8, ptr %xna, i64 {ARRAY_DATA_OFFSET}
+  %xn = load ptr, ptr %xnp
+  %ynp = getelementptr i8, ptr %yna, i64 {ARRAY_DATA_OFFSET}
+  %yn = load ptr, ptr %ynp
   br i1 %go, label %loop, label %done
 loop:
-  %i = phi i64 [ %lo, %entry ], [ %next, %cont ]
-  {"" if bits == 64 else f"%ti = trunc i64 %i to i{bits}"}
-  store i{bits} {store}, ptr %idx
+  %i = phi i64 [ %lo, %entry ], [ %next, %yend ]
   %j = sub i64 %i, %lo
+  %ri = sub i64 %hm1, %j
+  %t = select i1 %isrev, i64 %ri, i64 %i
+  {"" if bits == 64 else f"%tt = trunc i64 %t to i{bits}"}
+  store i{bits} {store}, ptr %idx
+  br label %xhead
+xhead:
+  %k = phi i64 [ 0, %loop ], [ %k1, %xbody ]
+  %xmore = icmp slt i64 %k, %nx
+  br i1 %xmore, label %xbody, label %call
+xbody:
+  %k2 = mul i64 %k, 2
+  %k2b = add i64 %k2, 1
+{_data("%k2", "%xa", "xdst")}{_data("%k2b", "%xa", "xbase")}
+  %xsp = getelementptr i64, ptr %xn, i64 %k2
+  %xstride = load i64, ptr %xsp
+  %xbp = getelementptr i64, ptr %xn, i64 %k2b
+  %xbytes = load i64, ptr %xbp
+  %xoff = mul i64 %t, %xstride
+  %xsrc = getelementptr i8, ptr %xbase, i64 %xoff
+  call void @llvm.memcpy.p0.p0.i64(ptr %xdst, ptr %xsrc, i64 %xbytes, i1 false)
+  %k1 = add i64 %k, 1
+  br label %xhead
+call:
   %first = icmp eq i64 %j, 0
   %bit = and i64 %j, 1
   %odd = icmp ne i64 %bit, 0
   %tab = select i1 %odd, ptr %ta, ptr %tb
-  %t = select i1 %first, ptr %t0, ptr %tab
-  %r = call i64 %seg(ptr %t, ptr %dims)
+  %tup = select i1 %first, ptr %t0, ptr %tab
+  %r = call i64 %seg(ptr %tup, ptr %dims)
   %bad = icmp ne i64 %r, 0
-  br i1 %bad, label %fail, label %cont
-cont:
+  br i1 %bad, label %fail, label %yhead
+yhead:
+  %m = phi i64 [ 0, %call ], [ %m1, %ybody ]
+  %ymore = icmp slt i64 %m, %ny
+  br i1 %ymore, label %ybody, label %yend
+ybody:
+  %m4 = mul i64 %m, 4
+  %m4b = add i64 %m4, 1
+  %m4c = add i64 %m4, 2
+  %m4d = add i64 %m4, 3
+{_data("%m4", "%ya", "yfirst")}{_data("%m4b", "%ya", "yodd")}{_data("%m4c", "%ya", "yeven")}{_data("%m4d", "%ya", "ybase")}
+  %m2 = mul i64 %m, 2
+  %m2b = add i64 %m2, 1
+  %ysp = getelementptr i64, ptr %yn, i64 %m2
+  %ystride = load i64, ptr %ysp
+  %ybp = getelementptr i64, ptr %yn, i64 %m2b
+  %ybytes = load i64, ptr %ybp
+  %ysrc1 = select i1 %odd, ptr %yodd, ptr %yeven
+  %ysrc = select i1 %first, ptr %yfirst, ptr %ysrc1
+  %yoff = mul i64 %t, %ystride
+  %ydst = getelementptr i8, ptr %ybase, i64 %yoff
+  call void @llvm.memcpy.p0.p0.i64(ptr %ydst, ptr %ysrc, i64 %ybytes, i1 false)
+  %m1 = add i64 %m, 1
+  br label %yhead
+yend:
   %next = add i64 %i, 1
   %more = icmp slt i64 %next, %hi
   br i1 %more, label %loop, label %done
@@ -70,104 +146,185 @@ done:
 }}
 """
         cm = compile_llvm(text, [])
-        fn = _DRIVERS[bits] = (_DRIVER(cm.address("rj_fori_driver")), cm)
+        fn = _DRIVERS[bits] = (_DRIVER(cm.address("rj_loop_driver")), cm)
         return fn
 
 
-class NativeFori:
-    """The native plan of one ``fori_loop`` binding, or None from :meth:`plan`."""
+class NativeLoop:
+    """The native plan of one ``fori_loop`` or ``scan`` binding, or None from :meth:`plan`.
+
+    ``fori_loop``'s body takes (index, carries, consts) and returns its carries;
+    ``scan``'s takes (slices of xs, carries, consts) and returns (carries, ys)."""
 
     def __init__(self, b: Binding, body):
         self.body = body
-        self.n = b.params["n_carry"]
+        self.scan = b.callee.name == "scan"
         fn = body.fn
+        self.n = b.params["n_carry"]
+        self.nx = b.params["n_xs"] if self.scan else 0
+        first = self.nx if self.scan else 1          # where the carries start
+        self.index_param = None if self.scan else fn.params[0]
+        self.x_params = fn.params[:self.nx]
+        self.carry_params = fn.params[first:first + self.n]
+        self.const_params = fn.params[first + self.n:]
+        self.carry_results = list(fn.results[:self.n])
+        self.y_results = list(fn.results[self.n:])
+        self.length = b.params.get("length")
+        self.reverse = bool(b.params.get("reverse", False))
         self.segment = body.steps[0]
         self.seg_address = body.segment_module.address(self.segment.name)
-        self.itype = fn.params[0].type.dtype
-        self.carry_params = fn.params[1:1 + self.n]
-        self.results = list(fn.results)
         self.outvars = [v for c in self.segment.calls for v in c.outvars]
+        self.itype = fn.params[0].type.dtype if not self.scan else np.dtype(np.int64)
         self.driver = _driver(8 * self.itype.itemsize)
+        self.fresh = [k for k, r in enumerate(self.carry_results) if r is not self.carry_params[k]]
+        # what every iteration's tuple holds before the loop's own buffers: the constants
+        self.template = [None] * len(body.slot_of)
+        for k, c in body.consts.items():
+            self.template[k] = c
+        names = list(body.dim_names)
+        if self.scan and is_symbolic(self.length):
+            names += sorted({s.name for s in self.length.free_symbols} - set(names))
+        self.key_names = names
+        self.layouts: dict = {}
 
     @staticmethod
-    def plan(b: Binding, body) -> "NativeFori | None":
-        """A plan when the body is one native segment whose results are each a value it
-        computes (once) or its own carry passed through."""
+    def plan(b: Binding, body) -> "NativeLoop | None":
+        """A plan when the body is one native segment whose carry results are each a value
+        it computes (once) or its own carry passed through, and whose stacked outputs are
+        buffers it holds."""
         if len(body.steps) != 1 or not isinstance(body.steps[0], Segment):
             return None
         fn = body.fn
         n = b.params["n_carry"]
+        first = b.params["n_xs"] if b.callee.name == "scan" else 1
         computed = {v for c in body.steps[0].calls for v in c.outvars}
         seen = set()
-        for k, r in enumerate(fn.results):
+        for k, r in enumerate(fn.results[:n]):
             if not isinstance(r, Var) or r in seen:
                 return None
             seen.add(r)
-            if r is not fn.params[1 + k] and r not in computed:
+            if r is not fn.params[first + k] and r not in computed:
                 return None
+        if any(not isinstance(r, Var) or r not in body.slot_of for r in fn.results[n:]):
+            return None
         if not set(body.dim_names) <= {s.name for s in fn.dim_vars}:
             return None             # a dim the body binds as it runs
-        return NativeFori(b, body)
+        return NativeLoop(b, body)
+
+    def _layout(self, D: dict) -> "_Layout":
+        """The shapes of one loop's buffers, computed once per distinct value of the dims
+        they depend on (a nested loop runs with the same ones again and again)."""
+        key = tuple(D[name] for name in self.key_names)
+        lay = self.layouts.get(key)
+        if lay is None:
+            if len(self.layouts) > 64:
+                self.layouts.clear()
+            lay = self.layouts[key] = _Layout(self, D)
+        return lay
 
     def run(self, D: dict, args: list) -> list:
-        body, n = self.body, self.n
-        lo, hi = int(args[0]), int(args[1])
-        carry0 = [_contiguous(np.asarray(a, p.type.dtype)) for a, p in zip(args[2:2 + n], self.carry_params)]
+        """fori_loop's args: (lo, hi, carries, consts); scan's: (carries, xs, consts)."""
+        n, slot, lay = self.n, self.body.slot_of, self._layout(D)
+        if self.scan:
+            lo, hi = 0, lay.length
+            carry_args, xs, const_args = args[:n], args[n:n + self.nx], args[n + self.nx:]
+        else:
+            lo, hi = int(args[0]), int(args[1])
+            carry_args, xs, const_args = args[2:2 + n], (), args[2 + n:]
+        carry0 = [_contiguous(np.asarray(a, p.type.dtype)) for a, p in zip(carry_args, self.carry_params)]
+        ys = [np.empty((max(hi - lo, 0),) + shape, r.type.dtype) for r, shape in zip(self.y_results, lay.y_shapes)]
         if hi <= lo:
-            return carry0
-        consts = [_contiguous(np.asarray(a)) for a in args[2 + n:]]
-        dims = np.zeros(max(len(body.dim_names), 1), np.int64)
-        for name, k in body.dim_slot.items():
-            dims[k] = D[name]
-        slot = body.slot_of
+            return carry0 + ys
+        base = list(self.template)
         idx = np.zeros((), self.itype)
-        base = [None] * len(slot)
-        base[0] = idx
+        if self.index_param is not None:
+            base[slot[self.index_param]] = idx
+        xs = [_contiguous(np.asarray(x, p.type.dtype)) for x, p in zip(xs, self.x_params)]
+        for p, shape in zip(self.x_params, lay.x_shapes):
+            base[slot[p]] = np.empty(shape, p.type.dtype)
         for p, a in zip(self.carry_params, carry0):
             base[slot[p]] = a
-        for k, a in enumerate(consts):
-            base[1 + n + k] = a
-        for k, c in body.consts.items():
-            base[k] = c
-
-        plan, blocks = body.memory_plan, {}
-
-        def alloc(v):
-            """A value's buffer: a view of its storage when the body's memory plan shares
-            one (intermediates whose lifetimes do not overlap), else its own array; large
-            ones from the reuse pool (fresh memory would page-fault on every loop)."""
-            shape = tuple(eval_dim(d, D) for d in v.type.shape)
-            st = plan.storage_of.get(v) if plan is not None else None
-            if st is None:
-                return _pooled(shape, v.type.dtype)
-            if st.index not in blocks:
-                blocks[st.index] = _pooled((max(eval_dim(st.size, D), 1),), np.dtype(np.uint8))
-            n = eval_dim(byte_size(v), D)
-            return blocks[st.index][:n].view(v.type.dtype).reshape(shape)
-        for v in self.outvars:
-            base[slot[v]] = alloc(v)
-        fresh = [k for k, r in enumerate(self.results) if r is not self.carry_params[k]]
-        y = {k: base[slot[self.results[k]]] for k in fresh}
-        z = {k: alloc(self.results[k]) for k in fresh}     # (results are unplanned: own arrays)
+        for p, a in zip(self.const_params, const_args):
+            base[slot[p]] = _contiguous(np.asarray(a))
+        blocks = [_pooled((size,), _BYTE) for size in lay.storage_bytes]
+        for k, shape, dtype, storage, nbytes in lay.outvars:
+            # a view of its storage when the body's memory plan shares one (intermediates
+            # whose lifetimes do not overlap), else its own array; large ones from the reuse
+            # pool (fresh memory would page-fault on every loop)
+            base[k] = _pooled(shape, dtype) if storage is None else \
+                blocks[storage][:nbytes].view(dtype).reshape(shape)
+        fresh = self.fresh
+        y = {k: base[slot[self.carry_results[k]]] for k in fresh}
+        z = {k: _pooled(shape, self.carry_results[k].type.dtype)    # (results are unplanned)
+             for k, shape in zip(fresh, lay.z_shapes)}
         ta, tb = list(base), list(base)
         for k in fresh:
-            p, r = slot[self.carry_params[k]], slot[self.results[k]]
+            p, r = slot[self.carry_params[k]], slot[self.carry_results[k]]
             ta[p], ta[r] = y[k], z[k]
             tb[p], tb[r] = z[k], y[k]
+        xa = tuple(a for p, x in zip(self.x_params, xs) for a in (base[slot[p]], x))
+        ya = tuple(a for r, out in zip(self.y_results, ys)
+                   for a in (base[slot[r]], ta[slot[r]], tb[slot[r]], out))
         drive, _ = self.driver
-        status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), dims,
-                       idx.ctypes.data, lo, hi)
+        status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), lay.dims, idx, lo, hi,
+                       int(self.reverse), xa, lay.x_numbers, len(xs), ya, lay.y_numbers, len(ys))
         if status:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
-            body._library_error(0, status, base, D)
+            self.body._library_error(0, status, base, D)
         last = y if (hi - lo) % 2 == 1 else z
-        return [last[k] if k in last else carry0[k] for k in range(n)]
+        return [last[k] if k in last else carry0[k] for k in range(n)] + ys
+
+
+_BYTE = np.dtype(np.uint8)
+
+
+class _Layout:
+    """What one loop's buffers are for one value of its dims: shapes, the body's storages
+    and the numbers the driver's copies need (each slice of xs and ys is C-contiguous, so
+    its bytes are one run)."""
+
+    def __init__(self, loop: NativeLoop, D: dict):
+        body = loop.body
+        plan = body.memory_plan
+        self.length = _eval(loop.length, D) if loop.scan else 0
+        self.x_shapes = [_shape(p, D) for p in loop.x_params]
+        self.y_shapes = [_shape(r, D) for r in loop.y_results]
+        self.z_shapes = [_shape(loop.carry_results[k], D) for k in loop.fresh]
+        storages: dict = {}
+        self.outvars = []
+        for v in loop.outvars:
+            st = plan.storage_of.get(v) if plan is not None else None
+            if st is not None and st.index not in storages:
+                storages[st.index] = (len(storages), max(eval_dim(st.size, D), 1))
+            self.outvars.append((body.slot_of[v], _shape(v, D), v.type.dtype,
+                                 None if st is None else storages[st.index][0],
+                                 eval_dim(byte_size(v), D)))
+        self.storage_bytes = [size for _, size in sorted(storages.values())]
+        self.x_numbers = np.array([b for p, shape in zip(loop.x_params, self.x_shapes)
+                                   for b in (_nbytes(shape, p.type.dtype),) * 2] or [0], np.int64)
+        self.y_numbers = np.array([b for r, shape in zip(loop.y_results, self.y_shapes)
+                                   for b in (_nbytes(shape, r.type.dtype),) * 2] or [0], np.int64)
+        self.dims = np.zeros(max(len(body.dim_names), 1), np.int64)
+        for name, k in body.dim_slot.items():
+            self.dims[k] = D[name]
+
+
+def _eval(d, D: dict) -> int:
+    return eval_dim(d, D) if is_symbolic(d) else int(d)
+
+
+def _nbytes(shape: tuple, dtype: np.dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def _shape(v: Var, D: dict) -> tuple:
+    return tuple(eval_dim(d, D) for d in v.type.shape)
 
 
 def _pooled(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """An aligned array whose memory comes from, and returns to, the reuse pool when large."""
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = _nbytes(shape, dtype)
     if n < POOL_MIN_BYTES:
         return np.empty(shape, dtype)
     blk = POOL.take(n)
@@ -182,13 +339,19 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 
 class LLVMControlFlow(ControlFlowRunner):
-    """The host driver, with ``fori_loop`` bodies that fit running natively."""
+    """The host driver, with ``fori_loop`` and ``scan`` bodies that fit running natively."""
 
     def __init__(self, b: Binding, make_executable):
         super().__init__(b, make_executable)
-        self.native = NativeFori.plan(b, self._exe(b.params["body"])) if self.name == "fori_loop" else None
+        self.native = NativeLoop.plan(b, self._exe(b.params["body"])) \
+            if self.name in ("fori_loop", "scan") else None
 
     def _fori_loop(self, D: dict, args: list, empty) -> list:
         if self.native is not None:
             return self.native.run(D, args)
         return super()._fori_loop(D, args, empty)
+
+    def _scan(self, D: dict, args: list, empty) -> list:
+        if self.native is not None:
+            return self.native.run(D, args)
+        return super()._scan(D, args, empty)
