@@ -307,6 +307,47 @@ def test_llvm_runs_a_one_segment_scan_body_natively(length, reverse):
     assert np.array_equal(xs, x0)
 
 
+@pytest.mark.parametrize("limit", [0.5, 1.0, 2.0, 3.5, 6.0, 40.0])
+def test_llvm_runs_a_one_segment_while_loop_natively(limit):
+    """A while_loop whose cond and body each compiled to one native segment runs in one
+    native call: the cond reads the carries the body reads next, every iteration-count
+    parity (none included) gives NumPy's answer, a carry passed through unchanged stays
+    the caller's, and the caller's arrays are not written."""
+    def f(x, w, lim):
+        def cond(c):
+            a, k, keep = c
+            return (a * keep).sum() < lim
+        def body(c):
+            a, k, keep = c
+            return a + w, k + 1, keep
+        return lax.while_loop(cond, body, (x, 0, w))
+    x, w = np.array([0.25, 0.5]), np.array([0.5, 1.0])
+    x0, w0 = x.copy(), w.copy()
+    a, k = x, 0
+    while (a * w).sum() < limit:
+        a, k = a + w, k + 1
+    jf = rj.jit(f)
+    assert all(p is not None for p in _native_plans(jf, x, w, limit))
+    got = jf(x, w, limit)
+    assert_same(got[0], a)
+    assert int(got[1]) == k
+    assert_same(got[2], w)
+    assert np.array_equal(x, x0) and np.array_equal(w, w0)
+
+
+def test_native_loop_errors_name_the_index():
+    """A gather index out of range inside a natively run loop (its cond or its body)
+    raises NumPy's IndexError, not a crash."""
+    idx = np.array([0, 5])
+    x = np.arange(3.0)
+    f = rj.jit(lambda x, i: lax.while_loop(lambda c: c[i].sum() < 100.0, lambda c: c + 1.0, x))
+    with pytest.raises(IndexError, match="out of bounds"):
+        f(x, idx)
+    g = rj.jit(lambda x, i: lax.fori_loop(0, 3, lambda j, c: c + c[i].sum(), x))
+    with pytest.raises(IndexError, match="out of bounds"):
+        g(x, idx)
+
+
 def test_bodies_with_host_steps_use_the_host_driver():
     """A body with a host operation between kernels (a boolean mask binds a dim) cannot run
     as one native call: it takes the host driver, with the same results."""

@@ -32,7 +32,10 @@ from .host import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET, Segment
 _OBJ = ctypes.py_object
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, _OBJ, _OBJ, _OBJ, _OBJ, _OBJ,
                            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _OBJ, _OBJ, ctypes.c_int64,
-                           _OBJ, _OBJ, ctypes.c_int64)
+                           _OBJ, _OBJ, ctypes.c_int64,
+                           ctypes.c_void_p, _OBJ, _OBJ, _OBJ, _OBJ, _OBJ)
+# a status of while_loop's cond segment (not the body's)
+COND_ERROR = 1 << 61
 _DRIVERS: dict = {}
 _LOCK = threading.Lock()
 # A scanned input is two arrays (the body's parameter, xs) and two numbers (xs's stride and
@@ -66,8 +69,11 @@ def _driver(bits: int):
         text = f"""
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 
-define i64 @rj_loop_driver(ptr %seg, ptr %t0, ptr %ta, ptr %tb, ptr %dims, ptr %idxa, i64 %lo, i64 %hi, i64 %rev, ptr %xa, ptr %xna, i64 %nx, ptr %ya, ptr %yna, i64 %ny) {{
+define i64 @rj_loop_driver(ptr %seg, ptr %t0, ptr %ta, ptr %tb, ptr %dims, ptr %idxa, i64 %lo, i64 %hi, i64 %rev, ptr %xa, ptr %xna, i64 %nx, ptr %ya, ptr %yna, i64 %ny, ptr %cseg, ptr %c0, ptr %ca, ptr %cb, ptr %cdims, ptr %cresa) {{
 entry:
+  %hascond = icmp ne ptr %cseg, null
+  %cresp = getelementptr i8, ptr %cresa, i64 {ARRAY_DATA_OFFSET}
+  %cres = load ptr, ptr %cresp
   %go = icmp slt i64 %lo, %hi
   %isrev = icmp ne i64 %rev, 0
   %hm1 = sub i64 %hi, 1
@@ -85,9 +91,25 @@ loop:
   %t = select i1 %isrev, i64 %ri, i64 %i
   {"" if bits == 64 else f"%tt = trunc i64 %t to i{bits}"}
   store i{bits} {store}, ptr %idx
-  br label %xhead
+  %first = icmp eq i64 %j, 0
+  %bit = and i64 %j, 1
+  %odd = icmp ne i64 %bit, 0
+  br i1 %hascond, label %cond, label %xhead
+cond:
+  %ctab = select i1 %odd, ptr %ca, ptr %cb
+  %ctup = select i1 %first, ptr %c0, ptr %ctab
+  %cr = call i64 %cseg(ptr %ctup, ptr %cdims)
+  %cbad = icmp ne i64 %cr, 0
+  br i1 %cbad, label %cfail, label %ctest
+ctest:
+  %cv = load i8, ptr %cres
+  %cgo = icmp ne i8 %cv, 0
+  br i1 %cgo, label %xhead, label %done
+cfail:
+  %crr = or i64 %cr, {COND_ERROR}
+  ret i64 %crr
 xhead:
-  %k = phi i64 [ 0, %loop ], [ %k1, %xbody ]
+  %k = phi i64 [ 0, %loop ], [ 0, %ctest ], [ %k1, %xbody ]
   %xmore = icmp slt i64 %k, %nx
   br i1 %xmore, label %xbody, label %call
 xbody:
@@ -104,9 +126,6 @@ xbody:
   %k1 = add i64 %k, 1
   br label %xhead
 call:
-  %first = icmp eq i64 %j, 0
-  %bit = and i64 %j, 1
-  %odd = icmp ne i64 %bit, 0
   %tab = select i1 %odd, ptr %ta, ptr %tb
   %tup = select i1 %first, ptr %t0, ptr %tab
   %r = call i64 %seg(ptr %tup, ptr %dims)
@@ -150,20 +169,35 @@ done:
         return fn
 
 
+def _one_segment(exe) -> bool:
+    """Whether a region compiled to one native segment that binds no dim as it runs."""
+    return len(exe.steps) == 1 and isinstance(exe.steps[0], Segment) and \
+        set(exe.dim_names) <= {s.name for s in exe.fn.dim_vars}
+
+
+def _computed(exe) -> set:
+    return {v for c in exe.steps[0].calls for v in c.outvars}
+
+
 class NativeLoop:
-    """The native plan of one ``fori_loop`` or ``scan`` binding, or None from :meth:`plan`.
+    """The native plan of one ``fori_loop``, ``scan`` or ``while_loop`` binding, or None from
+    :meth:`plan`.
 
     ``fori_loop``'s body takes (index, carries, consts) and returns its carries;
-    ``scan``'s takes (slices of xs, carries, consts) and returns (carries, ys)."""
+    ``scan``'s takes (slices of xs, carries, consts) and returns (carries, ys);
+    ``while_loop``'s takes (carries, consts) and returns its carries, and its cond takes
+    (carries, cond consts) and returns a boolean scalar, read after each call."""
 
-    def __init__(self, b: Binding, body):
-        self.body = body
-        self.scan = b.callee.name == "scan"
+    def __init__(self, b: Binding, body, cond=None):
+        self.body, self.cond = body, cond
+        self.kind = b.callee.name
+        self.scan = self.kind == "scan"
         fn = body.fn
         self.n = b.params["n_carry"]
         self.nx = b.params["n_xs"] if self.scan else 0
-        first = self.nx if self.scan else 1          # where the carries start
-        self.index_param = None if self.scan else fn.params[0]
+        self.n_cond_consts = b.params.get("n_cond_consts", 0)
+        first = _first_carry(b)
+        self.index_param = fn.params[0] if self.kind == "fori_loop" else None
         self.x_params = fn.params[:self.nx]
         self.carry_params = fn.params[first:first + self.n]
         self.const_params = fn.params[first + self.n:]
@@ -174,30 +208,33 @@ class NativeLoop:
         self.segment = body.steps[0]
         self.seg_address = body.segment_module.address(self.segment.name)
         self.outvars = [v for c in self.segment.calls for v in c.outvars]
-        self.itype = fn.params[0].type.dtype if not self.scan else np.dtype(np.int64)
+        self.itype = fn.params[0].type.dtype if self.index_param is not None else np.dtype(np.int64)
         self.driver = _driver(8 * self.itype.itemsize)
         self.fresh = [k for k, r in enumerate(self.carry_results) if r is not self.carry_params[k]]
         # what every iteration's tuple holds before the loop's own buffers: the constants
-        self.template = [None] * len(body.slot_of)
-        for k, c in body.consts.items():
-            self.template[k] = c
+        self.template = _template(body)
         names = list(body.dim_names)
         if self.scan and is_symbolic(self.length):
             names += sorted({s.name for s in self.length.free_symbols} - set(names))
+        if cond is not None:
+            names += [d for d in cond.dim_names if d not in names]
+            self.cond_template = _template(cond)
+            self.cond_address = cond.segment_module.address(cond.steps[0].name)
+            self.cond_outvars = [v for c in cond.steps[0].calls for v in c.outvars]
         self.key_names = names
         self.layouts: dict = {}
 
     @staticmethod
-    def plan(b: Binding, body) -> "NativeLoop | None":
+    def plan(b: Binding, body, cond=None) -> "NativeLoop | None":
         """A plan when the body is one native segment whose carry results are each a value
-        it computes (once) or its own carry passed through, and whose stacked outputs are
-        buffers it holds."""
-        if len(body.steps) != 1 or not isinstance(body.steps[0], Segment):
+        it computes (once) or its own carry passed through, whose stacked outputs are
+        buffers it holds, and (while_loop) whose cond is one native segment computing its
+        predicate."""
+        if not _one_segment(body):
             return None
         fn = body.fn
-        n = b.params["n_carry"]
-        first = b.params["n_xs"] if b.callee.name == "scan" else 1
-        computed = {v for c in body.steps[0].calls for v in c.outvars}
+        n, first = b.params["n_carry"], _first_carry(b)
+        computed = _computed(body)
         seen = set()
         for k, r in enumerate(fn.results[:n]):
             if not isinstance(r, Var) or r in seen:
@@ -207,9 +244,10 @@ class NativeLoop:
                 return None
         if any(not isinstance(r, Var) or r not in body.slot_of for r in fn.results[n:]):
             return None
-        if not set(body.dim_names) <= {s.name for s in fn.dim_vars}:
-            return None             # a dim the body binds as it runs
-        return NativeLoop(b, body)
+        if cond is not None and not (_one_segment(cond) and cond.fn.results[0] in _computed(cond)
+                                     and cond.fn.results[0].type.dtype == np.bool_):
+            return None
+        return NativeLoop(b, body, cond)
 
     def _layout(self, D: dict) -> "_Layout":
         """The shapes of one loop's buffers, computed once per distinct value of the dims
@@ -223,11 +261,17 @@ class NativeLoop:
         return lay
 
     def run(self, D: dict, args: list) -> list:
-        """fori_loop's args: (lo, hi, carries, consts); scan's: (carries, xs, consts)."""
+        """fori_loop's args: (lo, hi, carries, consts); scan's: (carries, xs, consts);
+        while_loop's: (carries, cond consts, body consts)."""
         n, slot, lay = self.n, self.body.slot_of, self._layout(D)
+        cond_consts = ()
         if self.scan:
             lo, hi = 0, lay.length
             carry_args, xs, const_args = args[:n], args[n:n + self.nx], args[n + self.nx:]
+        elif self.cond is not None:
+            lo, hi = 0, 1 << 62
+            nc = self.n_cond_consts
+            carry_args, xs, cond_consts, const_args = args[:n], (), args[n:n + nc], args[n + nc:]
         else:
             lo, hi = int(args[0]), int(args[1])
             carry_args, xs, const_args = args[2:2 + n], (), args[2 + n:]
@@ -265,17 +309,62 @@ class NativeLoop:
         xa = tuple(a for p, x in zip(self.x_params, xs) for a in (base[slot[p]], x))
         ya = tuple(a for r, out in zip(self.y_results, ys)
                    for a in (base[slot[r]], ta[slot[r]], tb[slot[r]], out))
+        cond = self._cond_tuples(carry0, cond_consts, y, z, lay) if self.cond is not None else \
+            (None, _NONE, _NONE, _NONE, _NONE, _NONE)
         drive, _ = self.driver
         status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), lay.dims, idx, lo, hi,
-                       int(self.reverse), xa, lay.x_numbers, len(xs), ya, lay.y_numbers, len(ys))
-        if status:
+                       int(self.reverse), xa, lay.x_numbers, len(xs), ya, lay.y_numbers, len(ys),
+                       *cond)
+        if status & COND_ERROR:
+            self.cond._library_error(0, status & ~COND_ERROR, list(cond[1]), D)
+        elif status:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
             self.body._library_error(0, status, base, D)
-        last = y if (hi - lo) % 2 == 1 else z
+        count = int(idx) if self.cond is not None else hi - lo
+        if count == 0:
+            return carry0 + ys
+        last = y if count % 2 == 1 else z
         return [last[k] if k in last else carry0[k] for k in range(n)] + ys
 
+    def _cond_tuples(self, carry0: list, consts, y: dict, z: dict, lay: "_Layout") -> tuple:
+        """while_loop's cond's arguments to the driver: its segment, its tuples for the
+        first, odd and even iterations (reading the carries the body reads then), its dims
+        and its predicate's buffer."""
+        cond = self.cond
+        slot, params = cond.slot_of, cond.fn.params
+        c0 = list(self.cond_template)
+        for p, a in zip(params, carry0 + [_contiguous(np.asarray(a)) for a in consts]):
+            c0[slot[p]] = a
+        for v, shape in zip(self.cond_outvars, lay.cond_shapes):
+            c0[slot[v]] = np.empty(shape, v.type.dtype)
+        ca, cb = list(c0), list(c0)
+        for k in self.fresh:
+            ca[slot[params[k]]], cb[slot[params[k]]] = y[k], z[k]
+        return (self.cond_address, tuple(c0), tuple(ca), tuple(cb), lay.cond_dims,
+                c0[slot[cond.fn.results[0]]])
 
+
+def _first_carry(b: Binding) -> int:
+    """Where a loop body's carries start among its parameters."""
+    return {"fori_loop": 1, "scan": b.params.get("n_xs", 0)}.get(b.callee.name, 0)
+
+
+def _template(exe) -> list:
+    t = [None] * len(exe.slot_of)
+    for k, c in exe.consts.items():
+        t[k] = c
+    return t
+
+
+def _dims_array(exe, D: dict) -> np.ndarray:
+    dims = np.zeros(max(len(exe.dim_names), 1), np.int64)
+    for name, k in exe.dim_slot.items():
+        dims[k] = D[name]
+    return dims
+
+
+_NONE = np.zeros(1, np.int64)       # (a placeholder array where a loop has no cond)
 _BYTE = np.dtype(np.uint8)
 
 
@@ -305,9 +394,10 @@ class _Layout:
                                    for b in (_nbytes(shape, p.type.dtype),) * 2] or [0], np.int64)
         self.y_numbers = np.array([b for r, shape in zip(loop.y_results, self.y_shapes)
                                    for b in (_nbytes(shape, r.type.dtype),) * 2] or [0], np.int64)
-        self.dims = np.zeros(max(len(body.dim_names), 1), np.int64)
-        for name, k in body.dim_slot.items():
-            self.dims[k] = D[name]
+        self.dims = _dims_array(body, D)
+        if loop.cond is not None:
+            self.cond_dims = _dims_array(loop.cond, D)
+            self.cond_shapes = [_shape(v, D) for v in loop.cond_outvars]
 
 
 def _eval(d, D: dict) -> int:
@@ -339,12 +429,20 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 
 class LLVMControlFlow(ControlFlowRunner):
-    """The host driver, with ``fori_loop`` and ``scan`` bodies that fit running natively."""
+    """The host driver, with loop bodies (and conds) that fit running natively."""
 
     def __init__(self, b: Binding, make_executable):
         super().__init__(b, make_executable)
-        self.native = NativeLoop.plan(b, self._exe(b.params["body"])) \
-            if self.name in ("fori_loop", "scan") else None
+        self.native = None
+        if self.name in ("fori_loop", "scan"):
+            self.native = NativeLoop.plan(b, self._exe(b.params["body"]))
+        elif self.name == "while_loop":
+            self.native = NativeLoop.plan(b, self._exe(b.params["body"]), self._exe(b.params["cond"]))
+
+    def _while_loop(self, D: dict, args: list, empty) -> list:
+        if self.native is not None:
+            return self.native.run(D, args)
+        return super()._while_loop(D, args, empty)
 
     def _fori_loop(self, D: dict, args: list, empty) -> list:
         if self.native is not None:
