@@ -279,24 +279,18 @@ class NativeLoop:
         ys = [np.empty((max(hi - lo, 0),) + shape, r.type.dtype) for r, shape in zip(self.y_results, lay.y_shapes)]
         if hi <= lo:
             return carry0 + ys
-        base = list(self.template)
+        frame = lay.frames.pop() if lay.frames else self._frame(lay)
+        base = list(frame)
         idx = np.zeros((), self.itype)
         if self.index_param is not None:
             base[slot[self.index_param]] = idx
         xs = [_contiguous(np.asarray(x, p.type.dtype)) for x, p in zip(xs, self.x_params)]
-        for p, shape in zip(self.x_params, lay.x_shapes):
-            base[slot[p]] = np.empty(shape, p.type.dtype)
         for p, a in zip(self.carry_params, carry0):
             base[slot[p]] = a
         for p, a in zip(self.const_params, const_args):
             base[slot[p]] = _contiguous(np.asarray(a))
-        blocks = [_pooled((size,), _BYTE) for size in lay.storage_bytes]
-        for k, shape, dtype, storage, nbytes in lay.outvars:
-            # a view of its storage when the body's memory plan shares one (intermediates
-            # whose lifetimes do not overlap), else its own array; large ones from the reuse
-            # pool (fresh memory would page-fault on every loop)
-            base[k] = _pooled(shape, dtype) if storage is None else \
-                blocks[storage][:nbytes].view(dtype).reshape(shape)
+        for k, shape, dtype in lay.escaping:
+            base[k] = _pooled(shape, dtype)
         fresh = self.fresh
         y = {k: base[slot[self.carry_results[k]]] for k in fresh}
         z = {k: _pooled(shape, self.carry_results[k].type.dtype)    # (results are unplanned)
@@ -321,11 +315,28 @@ class NativeLoop:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
             self.body._library_error(0, status, base, D)
+        lay.frames.append(frame)
         count = int(idx) if self.cond is not None else hi - lo
         if count == 0:
             return carry0 + ys
         last = y if count % 2 == 1 else z
         return [last[k] if k in last else carry0[k] for k in range(n)] + ys
+
+    def _frame(self, lay: "_Layout") -> list:
+        """A loop's buffers that no result escapes with: the constants, the slices of xs
+        and the body's intermediates (views of its storages where its memory plan shares
+        one: lifetimes that do not overlap; large ones from the reuse pool, as fresh memory
+        would page-fault on every loop).  Loops of the same layout reuse a frame; one in
+        use (a nested or concurrent run of the same loop) is not handed out again."""
+        frame = list(self.template)
+        slot = self.body.slot_of
+        for p, shape in zip(self.x_params, lay.x_shapes):
+            frame[slot[p]] = np.empty(shape, p.type.dtype)
+        blocks = [_pooled((size,), _BYTE) for size in lay.storage_bytes]
+        for k, shape, dtype, storage, nbytes in lay.outvars:
+            frame[k] = _pooled(shape, dtype) if storage is None else \
+                blocks[storage][:nbytes].view(dtype).reshape(shape)
+        return frame
 
     def _cond_tuples(self, carry0: list, consts, y: dict, z: dict, lay: "_Layout") -> tuple:
         """while_loop's cond's arguments to the driver: its segment, its tuples for the
@@ -390,6 +401,13 @@ class _Layout:
                                  None if st is None else storages[st.index][0],
                                  eval_dim(byte_size(v), D)))
         self.storage_bytes = [size for _, size in sorted(storages.values())]
+        # the carries' results leave with the loop: allocated per run (stacked outputs are
+        # copied out; the rest is allocated once per frame)
+        results = {body.slot_of[r] for r in loop.carry_results}
+        self.escaping = [(k, shape, dtype) for k, shape, dtype, _, _ in self.outvars
+                         if k in results]
+        self.outvars = [o for o in self.outvars if o[0] not in results]
+        self.frames: list = []          # (list.pop and append are atomic: threads may share)
         self.x_numbers = np.array([b for p, shape in zip(loop.x_params, self.x_shapes)
                                    for b in (_nbytes(shape, p.type.dtype),) * 2] or [0], np.int64)
         self.y_numbers = np.array([b for r, shape in zip(loop.y_results, self.y_shapes)
