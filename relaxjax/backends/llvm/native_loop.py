@@ -315,7 +315,8 @@ class NativeLoop:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
             self.body._library_error(0, status, base, D)
-        lay.frames.append(frame)
+        if lay.frame_bytes <= KEEP_FRAME_BYTES:
+            lay.frames.append(frame)
         count = int(idx) if self.cond is not None else hi - lo
         if count == 0:
             return carry0 + ys
@@ -377,6 +378,9 @@ def _dims_array(exe, D: dict) -> np.ndarray:
 
 _NONE = np.zeros(1, np.int64)       # (a placeholder array where a loop has no cond)
 _BYTE = np.dtype(np.uint8)
+# a frame is kept for the next run when this small (a larger one returns to the reuse pool:
+# a function called with many shapes would otherwise hold a frame for each)
+KEEP_FRAME_BYTES = 1 << 20
 
 
 class _Layout:
@@ -408,6 +412,8 @@ class _Layout:
                          if k in results]
         self.outvars = [o for o in self.outvars if o[0] not in results]
         self.frames: list = []          # (list.pop and append are atomic: threads may share)
+        self.frame_bytes = sum(self.storage_bytes) + sum(o[4] for o in self.outvars if o[3] is None) \
+            + sum(_nbytes(shape, p.type.dtype) for p, shape in zip(loop.x_params, self.x_shapes))
         self.x_numbers = np.array([b for p, shape in zip(loop.x_params, self.x_shapes)
                                    for b in (_nbytes(shape, p.type.dtype),) * 2] or [0], np.int64)
         self.y_numbers = np.array([b for r, shape in zip(loop.y_results, self.y_shapes)
