@@ -28,6 +28,20 @@ def test_random_programs_agree_with_numpy_on_every_backend():
     assert count[0] == PROGRAMS
 
 
+FEATURE_CASES = int(os.environ.get("RELAXJAX_FUZZ_FEATURE_CASES", "60"))
+
+
+def test_feature_cases_agree_with_their_oracles_on_every_backend():
+    """Static arguments that compare equal but differ (0.0/-0.0, 2/2.0, NaN), arrays the
+    caller overwrites after capturing them, and kernels indexing with values read from data
+    (in range or not): each case against NumPy or the kernel's own NumPy run."""
+    from relaxjax.testing.fuzz.features import fuzz_features
+    kinds: dict = {}
+    fuzz_features(FEATURE_CASES, seed=0, on_case=lambda c: kinds.__setitem__(c.kind, kinds.get(c.kind, 0) + 1))
+    assert sum(kinds.values()) == FEATURE_CASES
+    assert set(kinds) == {"static", "captured", "kernel"}, kinds
+
+
 # ----- the generator -------------------------------------------------------------------------
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

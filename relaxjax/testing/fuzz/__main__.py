@@ -19,10 +19,14 @@ def main(argv=None) -> int:
                    help="let hypothesis shrink failures too (thorough, slow: each attempt compiles)")
     p.add_argument("--minimize-seconds", type=float, default=60.0,
                    help="time to minimize each failure (ops, outputs, dims, values)")
+    p.add_argument("--features", action="store_true",
+                   help="every other search draws feature cases: static arguments, captured "
+                        "arrays, kernels with data-dependent indices")
     a = p.parse_args(argv)
     r = campaign(a.programs, a.seed, a.out, a.chunk, a.time_limit, a.max_ops, shrink=a.shrink,
-                 minimize_s=a.minimize_seconds)
-    print(f"{r['programs']} programs in {r['seconds']:.0f}s; {len(r['failures'])} distinct failures")
+                 minimize_s=a.minimize_seconds, features=a.features)
+    print(f"{r['programs']} programs ({r['feature_cases']} feature cases) in {r['seconds']:.0f}s; "
+          f"{len(r['failures'])} distinct failures")
     for sig, n in r["failures"].items():
         print(f"  {n}x {sig}")
     return 1 if r["failures"] else 0

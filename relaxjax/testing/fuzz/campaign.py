@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from .._core import arrays_for
 from .check import Failure, check_program, difference_kind
 from .generate import programs
+from .features import FeatureCase, fuzz_features
 from .minimize import minimize, reproducer
 
 
@@ -67,17 +68,22 @@ def _signature_of(f: Failure) -> str:
         head += ":" + difference_kind(cause)
     else:
         head += ":" + str(cause).split("\n")[0][:80]
+    if isinstance(f.program, FeatureCase):
+        return f"{f.backend}/feature:{f.program.kind}/{head}"
     kinds = ",".join(sorted({op.kind for op in f.program.ops}))
     return f"{f.backend}/{f.mode}/{head}/{kinds}"
 
 
 def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: int = 200,
              time_limit: float | None = None, max_ops: int = 30, log=print, shrink: bool = False,
-             minimize_s: float = 60.0) -> dict:
+             minimize_s: float = 60.0, features: bool = False) -> dict:
     """Many searches of ``chunk`` programs (each seeded ``seed + k``) until ``n_programs``
-    programs ran; each distinct failure is written to ``out`` as a reproducer script."""
+    programs ran; each distinct failure is written to ``out`` as a reproducer script.  With
+    ``features``, every other search draws feature cases instead (static arguments,
+    captured arrays, kernels with data-dependent indices: :mod:`.features`)."""
     os.makedirs(out, exist_ok=True)
     count = [0]
+    kinds = [0]                 # feature cases among the programs
     seen: dict = {}
     t0 = time.time()
     current = os.path.join(out, "_current_program.py")
@@ -92,8 +98,12 @@ def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: 
         todo = min(chunk, n_programs - count[0])
         before = count[0]
         try:
-            fuzz(todo, seed=seed + k, max_ops=max_ops, on_program=on_program, shrink=shrink,
-                 minimize_s=minimize_s)
+            if features and k % 2 == 1:
+                kinds[0] += todo
+                fuzz_features(todo, seed=seed + k, on_case=on_program)
+            else:
+                fuzz(todo, seed=seed + k, max_ops=max_ops, on_program=on_program, shrink=shrink,
+                     minimize_s=minimize_s)
         except Failure as f:
             sig = _signature_of(f)
             seen.setdefault(sig, 0)
@@ -101,7 +111,9 @@ def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: 
             if seen[sig] == 1:
                 name = "fail_" + hashlib.sha256(sig.encode()).hexdigest()[:10] + ".py"
                 with open(os.path.join(out, name), "w") as fh:
-                    fh.write(reproducer(f))
+                    # (a feature case's message holds its source and inputs)
+                    fh.write(reproducer(f) if not isinstance(f.program, FeatureCase)
+                             else "# " + str(f).replace("\n", "\n# ") + "\n")
                 log(f"[{count[0]} programs, {time.time() - t0:.0f}s] FAILURE {sig} -> {name}\n"
                     + textwrap.indent(str(f).split("\n")[0][:400], "    "))
             else:
@@ -114,4 +126,4 @@ def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: 
         log(f"[{count[0]} programs, {time.time() - t0:.0f}s] {len(seen)} distinct failures")
     if os.path.exists(current):
         os.remove(current)
-    return {"programs": count[0], "seconds": time.time() - t0, "failures": seen}
+    return {"programs": count[0], "feature_cases": kinds[0], "seconds": time.time() - t0, "failures": seen}
