@@ -1,5 +1,6 @@
 """relaxjax.numpy.linalg against numpy.linalg on every backend (the CUDA emulator included):
-solve, inv, det, cholesky, qr (library calls) and norm, with symbolic and batched shapes."""
+solve, inv, det, cholesky, qr, eigh, eigvalsh, svd, svdvals (library calls) and norm (ord 2, -2
+and "nuc" from singular values), with symbolic and batched shapes."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -145,6 +146,101 @@ def test_norm_default(shape):
           backends=BACKENDS)
 
 
+# -- eigh, svd and the norms from singular values ---------------------------------------------
+# Eigen- and singular vectors are unique only up to sign (NumPy's float32 LAPACK and the
+# float64 one relaxjax calls may pick other signs): the checks are the values against
+# NumPy's and the factorizations' defining identities.
+
+def _spectral_tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-9, atol=1e-9)
+
+
+def _on_every_backend(key, fn, *args):
+    outs = [rj.jit(fn, backend=b)(*args) for b in BACKENDS]
+    outs.append(_JITS.setdefault(key + (args[0].ndim, args[0].dtype), rj.jit(fn))(*args))
+    return outs + [fn(*args)]          # eager too
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@settings(max_examples=8)
+@given(batch=BATCH, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_eigh(uplo, batch, n, dtype, seed):
+    """Eigenvalues equal NumPy's; the eigenvectors are orthonormal and A V = V diag(w) for
+    the symmetric matrix that UPLO's triangle defines (the other triangle is noise)."""
+    a = general(seed, batch + (n, n), dtype)
+    tri = np.tril(a) if uplo == "L" else np.triu(a)
+    sym = (tri + np.swapaxes(tri, -1, -2) - tri * np.eye(n)).astype(np.float64)
+    want_w = np.linalg.eigvalsh(a, UPLO=uplo)
+    t = _spectral_tol(dtype)
+    rt = np.float32 if dtype == "float32" else np.float64
+    for w, v in _on_every_backend(("eigh", uplo), lambda a: tuple(rnp.linalg.eigh(a, UPLO=uplo)), a):
+        assert w.dtype == v.dtype == rt and w.shape == batch + (n,) and v.shape == batch + (n, n)
+        assert_same(w, want_w.astype(rt), **t)
+        v64 = v.astype(np.float64)
+        assert_same(np.swapaxes(v64, -1, -2) @ v64, np.broadcast_to(np.eye(n), v.shape), **t)
+        assert_same(sym @ v64, v64 * w.astype(np.float64)[..., None, :], rtol=t["rtol"], atol=t["atol"] * 10 * n)
+    for w in _on_every_backend(("eigvalsh", uplo), lambda a: rnp.linalg.eigvalsh(a, UPLO=uplo), a):
+        assert_same(w, want_w.astype(rt), **t)
+
+
+@pytest.mark.parametrize("full", [True, False])
+@settings(max_examples=8)
+@given(batch=BATCH, m=SIZES, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+def test_svd(full, batch, m, n, dtype, seed):
+    """Singular values equal NumPy's (descending); U and Vh have orthonormal columns and
+    rows, of NumPy's shapes; U diag(S) Vh gives A back."""
+    a = np.random.default_rng(seed).uniform(-3, 3, batch + (m, n))
+    a = (np.round(a) if dtype == "int64" else a).astype(dtype)
+    k = min(m, n)
+    want_s = np.linalg.svd(a, compute_uv=False)
+    t = _spectral_tol(dtype)
+    rt = np.float32 if dtype == "float32" else np.float64
+    for u, s, vh in _on_every_backend(("svd", full), lambda a: tuple(rnp.linalg.svd(a, full_matrices=full)), a):
+        assert u.shape == batch + ((m, m) if full else (m, k)) and vh.shape == batch + ((n, n) if full else (k, n))
+        assert u.dtype == s.dtype == vh.dtype == rt
+        assert_same(s, want_s.astype(rt), **t)
+        u64, vh64 = u.astype(np.float64), vh.astype(np.float64)
+        assert_same(np.swapaxes(u64, -1, -2) @ u64, np.broadcast_to(np.eye(u.shape[-1]), batch + (u.shape[-1],) * 2), **t)
+        assert_same(vh64 @ np.swapaxes(vh64, -1, -2), np.broadcast_to(np.eye(vh.shape[-2]), batch + (vh.shape[-2],) * 2), **t)
+        assert_same((u64[..., :, :k] * s.astype(np.float64)[..., None, :]) @ vh64[..., :k, :], a.astype(np.float64),
+                    rtol=t["rtol"], atol=t["atol"] * 10 * max(m, n))
+    for s in _on_every_backend(("svdvals",), lambda a: rnp.linalg.svdvals(a), a):
+        assert_same(s, want_s.astype(rt), **t)
+
+
+@pytest.mark.parametrize("ord", [2, -2, "nuc"])
+@settings(max_examples=6)
+@given(shape=st.lists(SIZES, min_size=2, max_size=3).map(tuple), keepdims=st.booleans(),
+       dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data())
+def test_matrix_norms_from_singular_values(ord, shape, keepdims, dtype, seed, data):
+    x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(dtype)
+    nd = len(shape)
+    axis = tuple(data.draw(st.permutations(range(-nd, 0)))[:2])
+    kw = dict(ord=ord, axis=axis, keepdims=keepdims)
+    t = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else tol(dtype)
+    check_all(("snorm", str(kw), nd, dtype), lambda x: rnp.linalg.norm(x, **kw),
+              lambda x: np.linalg.norm(x, **kw), x, **t)
+
+
+def test_spectral_symbolic_shapes_and_errors():
+    """One compile across sizes (k = min(m, n) stays symbolic); a non-square eigh argument
+    and bad options raise precise errors."""
+    m, n = rj.dims("m n")
+    f = rj.jit(lambda a: tuple(rnp.linalg.svd(a, full_matrices=False)), shapes=(S((m, n), "float64"),))
+    for ms, ns in ((5, 3), (3, 5), (4, 4), (1, 6)):
+        a = np.random.default_rng(ms * ns).standard_normal((ms, ns))
+        u, s, vh = f(a)
+        assert_same(s, np.linalg.svd(a, compute_uv=False), rtol=1e-9, atol=1e-9)
+        assert_same((u * s) @ vh, a, rtol=1e-9, atol=1e-9)
+    assert f.cache_info().compiles == 1
+    with pytest.raises(LinAlgShapeError, match="linalg.eigh: argument a of shape .* must be square"):
+        rj.jit(rnp.linalg.eigh)(np.ones((3, 4)))
+    with pytest.raises(ValueError, match="UPLO argument must be 'L' or 'U', got 'X'"):
+        rj.jit(lambda a: rnp.linalg.eigh(a, UPLO="X"))(np.eye(2))
+    with pytest.raises(NotImplementedError, match="hermitian=True"):
+        rj.jit(lambda a: rnp.linalg.svd(a, hermitian=True))(np.eye(2))
+
+
 # -- symbolic shapes ----------------------------------------------------------------------------
 
 def test_one_compile_for_every_size():
@@ -223,5 +319,5 @@ def test_dtypes():
     assert rj.jit(lambda a, b: rnp.linalg.solve(a, b))(a, np.ones(3)).dtype == np.float64
     with pytest.raises(NotImplementedError, match="mode 'complete'"):
         rnp.linalg.qr(a, mode="complete")
-    with pytest.raises(NotImplementedError, match="singular values"):
-        rnp.linalg.norm(a, 2)
+    assert rj.jit(lambda a: rnp.linalg.norm(a, 2))(a).dtype == np.float32
+    assert rj.jit(lambda a: rnp.linalg.svd(a))(a.astype(np.int32))[1].dtype == np.float64

@@ -4,11 +4,13 @@
 the functions ``linalg.solve``, ``linalg.inv``, ``linalg.det``, ``linalg.cholesky`` and
 ``linalg.qr`` registered here: on the CPU, LAPACK called from generated code
 (:mod:`relaxjax.backends.llvm.lapack`); on the numpy backend and the CUDA emulator,
-``numpy.linalg``; on CUDA, ``cupy.linalg``.  Those functions take float64 stacks of
-matrices (..., m, n) (``linalg.solve`` takes b transposed, (..., k, n), and returns x
-transposed, in the same batch dims as a); this module casts around the call.  As in NumPy, the computation is in float64 and the result has the inputs' type
-(float32 stays float32, integers and bools give float64; float16 is rejected).  ``norm`` is
-composed of array operations.
+``numpy.linalg``; on CUDA, ``cupy.linalg``.  ``eigh``, ``eigvalsh``, ``svd`` and ``svdvals``
+(:mod:`._linalg_spectral`) call ``numpy.linalg`` on every CPU path.  Those functions take
+float64 stacks of matrices (..., m, n) (``linalg.solve`` takes b transposed, (..., k, n), and
+returns x transposed, in the same batch dims as a); this module casts around the call.  As
+in NumPy, the computation is in float64 and the result has the inputs' type (float32 stays
+float32, integers and bools give float64; float16 is rejected).  ``norm`` is composed of
+array operations (its ord 2, -2 and "nuc" matrix norms of the singular values).
 
 Errors follow NumPy: a singular matrix (``solve``, ``inv``) or one that is not positive
 definite (``cholesky``) raises ``numpy.linalg.LinAlgError`` when the function runs; a
@@ -21,25 +23,20 @@ from typing import NamedTuple
 
 import numpy as _np
 
-from ..errors import InconclusiveDimensionError, ShapeError
 from ..frontend import call_library
 from ..library import lazy, register_library
-from ..shapes import dim_str, dmin, wrap_dim
-from ..structs import ShapeDtypeStruct
+from ..shapes import dmin
 from ._base import arr, cast, dtype_of, env, shape
+from ._linalg_common import (_F64, LinAlgError, LinAlgShapeError, _at_least_2d, _fmt, _result_dtype,  # noqa: F401
+                             _square, _struct)
+from ._linalg_spectral import EighResult, SVDResult, eigh, eigvalsh, svd, svdvals
 from ._linalg import matmul  # noqa: F401  (numpy.linalg.matmul)
-from ._shape_ops import broadcast_to, reshape, swapaxes
+from ._shape_ops import broadcast_to, reshape, swapaxes, transpose
 from . import _reductions as _red, _ufuncs as _uf
 
-__all__ = ["solve", "inv", "det", "cholesky", "qr", "norm", "matmul", "LinAlgError",
-           "LinAlgShapeError", "QRResult"]
+__all__ = ["solve", "inv", "det", "cholesky", "qr", "norm", "matmul", "eigh", "eigvalsh", "svd",
+           "svdvals", "LinAlgError", "LinAlgShapeError", "QRResult", "EighResult", "SVDResult"]
 
-LinAlgError = _np.linalg.LinAlgError
-_F64 = _np.dtype("float64")
-
-
-class LinAlgShapeError(ShapeError, LinAlgError):
-    """An argument's shape does not fit the function (a non-square matrix, ...)."""
 
 
 class QRResult(NamedTuple):
@@ -95,47 +92,6 @@ del _name, _impl, _nin, _nout, _msg
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-def _result_dtype(fname: str, *xs) -> _np.dtype:
-    """NumPy's ``_commonType``: float32 only when every operand is float32."""
-    out = _np.dtype("float32")
-    for x in xs:
-        d = dtype_of(x)
-        if d.kind == "c":
-            raise TypeError(f"linalg.{fname}: complex arrays are not supported")
-        if d.kind == "f" and d.itemsize == 2:
-            raise TypeError(f"linalg.{fname}: array type {d.name} is unsupported in linalg")
-        if d != _np.dtype("float32"):
-            out = _F64
-    return out
-
-
-def _at_least_2d(x, fname: str, argname: str) -> None:
-    nd = len(shape(x))
-    if nd < 2:
-        raise LinAlgShapeError(f"linalg.{fname}: argument {argname} is {nd}-dimensional; it must "
-                               f"be at least two-dimensional (..., m, n)")
-
-
-def _square(x, fname: str, argname: str) -> None:
-    _at_least_2d(x, fname, argname)
-    s = shape(x)
-    try:
-        env().require_eq(s[-2], s[-1], f"linalg.{fname}: argument {argname} of shape {_fmt(s)} "
-                                       f"must be square in its last two dims (..., n, n)")
-    except InconclusiveDimensionError:
-        raise
-    except ShapeError as e:
-        raise LinAlgShapeError(str(e)) from None
-
-
-def _fmt(s) -> str:
-    return "(" + ", ".join(dim_str(d) for d in s) + ")"
-
-
-def _struct(dims):
-    return ShapeDtypeStruct(tuple(wrap_dim(d) for d in dims), _F64)
-
 
 def _broadcast_batch(fname: str, *shapes_) -> tuple:
     from ..lax.util import broadcast_shapes
@@ -226,7 +182,7 @@ def qr(a, mode: str = "reduced"):
 
 def norm(x, ord=None, axis=None, keepdims: bool = False):
     """``numpy.linalg.norm``: vector norms (any ``ord``), the Frobenius norm and the matrix
-    norms ord = 1, -1, inf, -inf (ord = 2, -2 and "nuc" need an SVD: not supported)."""
+    norms ord = 1, -1, inf, -inf, and 2, -2, "nuc" (from the singular values)."""
     x = arr(x)
     if dtype_of(x).kind not in "f":
         x = cast(x, _F64)
@@ -280,8 +236,10 @@ def _matrix_norm(x, ord, axis, keepdims, nd):
         red = _red.max if ord == _np.inf else _red.min
         r = red(_red.sum(_uf.abs(x), axis=col), axis=row - 1 if row > col else row)
     elif ord in (2, -2, "nuc"):
-        raise NotImplementedError(f"linalg.norm: matrix norm ord={ord!r} needs singular values "
-                                  f"(not supported)")
+        # the singular values of each matrix, its two axes moved last
+        others = [a for a in range(nd) if a not in (row, col)]
+        sv = svdvals(transpose(x, others + [row, col]))
+        r = _red.max(sv, axis=-1) if ord == 2 else _red.min(sv, axis=-1) if ord == -2 else _red.sum(sv, axis=-1)
     else:
         raise ValueError("Invalid norm order for matrices.")
     if keepdims:

@@ -70,3 +70,39 @@ def qr(a, q, r):
     a2, q2, r2 = (x.reshape((-1,) + x.shape[-2:]) for x in (a, q, r))
     for i in range(a2.shape[0]):
         q2[i], r2[i] = cupy.linalg.qr(a2[i], mode="reduced")
+
+
+def _per_matrix(fn, a, outs: tuple, core_dims: tuple) -> None:
+    """Run ``fn(matrix)`` on each matrix of the stack ``a``, writing its results to
+    ``outs`` (each with ``core_dims`` trailing dims of its own)."""
+    a2 = a.reshape((-1,) + a.shape[-2:])
+    o2 = [o.reshape((-1,) + o.shape[o.ndim - k:]) for o, k in zip(outs, core_dims)]
+    for i in range(a2.shape[0]):
+        res = fn(a2[i])
+        for o, r in zip(o2, res if isinstance(res, tuple) else (res,)):
+            o[i] = r
+
+
+def eigh(a, w, v):
+    import cupy
+    _per_matrix(cupy.linalg.eigh, a, (w, v), (1, 2))
+
+
+def eigvalsh(a, w):
+    import cupy
+    _per_matrix(cupy.linalg.eigvalsh, a, (w,), (1,))
+
+
+def svd(a, u, s, vh):
+    import cupy
+    _per_matrix(lambda m: tuple(cupy.linalg.svd(m, full_matrices=True)), a, (u, s, vh), (2, 1, 2))
+
+
+def svd_reduced(a, u, s, vh):
+    import cupy
+    _per_matrix(lambda m: tuple(cupy.linalg.svd(m, full_matrices=False)), a, (u, s, vh), (2, 1, 2))
+
+
+def svdvals(a, s):
+    import cupy
+    _per_matrix(lambda m: cupy.linalg.svd(m, compute_uv=False), a, (s,), (1,))
