@@ -72,7 +72,11 @@ class LLVMExecutable(Executable):
         self.consts: dict = {}
         self.control: dict = {}
         steps: list = []
+        views = _segment_views(fn)
         for b in fn.bindings:
+            if b in views:              # a reshape only segments read: the operand's slot
+                self.slot_of[b.outvars[0]] = self.slot_of[b.args[0]]
+                continue
             for a in b.args:
                 if isinstance(a, Literal) and a not in self.slot_of and b.kind != "primitive":
                     self.slot_of[a] = len(self.slot_of)
@@ -311,6 +315,20 @@ class LLVMExecutable(Executable):
                 "llvm-optimized": lambda: "\n\n".join(m.optimized for m in modules),
                 "asm": lambda: "\n\n".join(m.assembly() for m in modules),
                 "host": lambda: self.python_source}
+
+
+def _segment_views(fn: Function) -> set:
+    """The ``reshape`` bindings that need no host step: every buffer of a call is
+    C-contiguous, so a reshape is its operand's memory, and where only native code reads it
+    (no host operation, Python library call or result needs the array's own shape) it can
+    take the operand's slot, and the segments before and after it become one."""
+    python_uses = {r for r in fn.results if isinstance(r, Var)}
+    for b in fn.bindings:
+        if b.kind == "primitive" or (b.kind == "library" and _python_library(b)):
+            python_uses.update(a for a in b.args if isinstance(a, Var))
+    return {b for b in fn.bindings
+            if b.kind == "primitive" and b.callee.name == "reshape" and not regions(b)
+            and isinstance(b.args[0], Var) and b.outvars[0] not in python_uses}
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
