@@ -19,7 +19,7 @@ from .compile.legalize import legalize, unlowered
 from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .errors import ShapeError
-from .ir import IRModule
+from .ir import IRModule, Literal
 from .jit_args import CallArgs, spec_list
 from .jit_cache import lower_cached
 from .jit_trace import trace_call
@@ -49,10 +49,13 @@ class _Entry:
         self._values_only = all(k == "value" for k, _ in self.out_kinds)
         self._single = self._values_only and self.out_tree.num_leaves == 1 and \
             optree.treespec_is_leaf(self.out_tree)
+        self._guard = _alias_guard(self.module)
 
-    def fast_run(self, dims: tuple, arrays):
-        """Run with NumPy array arguments already checked by the binder."""
+    def run(self, dims: tuple, arrays):
+        """Run with the arguments' arrays, whose shapes the binder accepted as ``dims``."""
         outs = self.executable(dict(zip(self._names, dims)), arrays)
+        if self._guard is not None:
+            outs = self._guard(outs, arrays)
         if self._single:
             return outs[self.out_kinds[0][1]]
         if self._values_only:
@@ -60,6 +63,46 @@ class _Entry:
         leaves = [outs[v] if k == "value" else int(outs[v]) if k == "dim" else v
                   for k, v in self.out_kinds]
         return optree.tree_unflatten(self.out_tree, leaves)
+
+
+def _alias_guard(module: IRModule):
+    """The output boundary: a result is handed to the caller only when no one else holds its
+    memory, as in JAX, where every call returns new arrays.  A result that the executable
+    wrote into memory it allocated for the call (a ``call_tir``'s or ``call_library``'s
+    output) is fresh; a constant (one array cached in the entry, which a caller writing into
+    it would change for every later call), a parameter (the caller's own array) or what a
+    host op or the numpy backend made (possibly a view of either) is copied when it may
+    share memory with an argument or a constant.  Returns ``guard(outs, arrays) -> outs``,
+    or None when every result is fresh."""
+    fn = module.main
+    made_by = {v: b.kind for b in fn.bindings for v in b.outvars}
+    params = set(fn.params)
+    consts = [a.value for b in fn.bindings for a in b.args
+              if isinstance(a, Literal) and isinstance(a.value, np.ndarray) and a.value.ndim]
+    # per result: "fresh", "copy" (always) or "check" (copy if it shares memory)
+    how = []
+    for r in fn.results:
+        if isinstance(r, Literal) or r in params:
+            how.append("copy")
+        elif made_by.get(r) in ("tir", "library"):
+            how.append("fresh")
+        else:
+            how.append("check")
+    if all(h == "fresh" for h in how):
+        return None
+
+    def guard(outs, arrays):
+        outs = list(outs)
+        for i, h in enumerate(how):
+            o = outs[i]
+            if h == "fresh" or not hasattr(o, "copy"):
+                continue
+            if h == "copy" or not isinstance(o, np.ndarray) or any(
+                    isinstance(a, np.ndarray) and np.may_share_memory(o, a)
+                    for a in (*arrays, *consts)):
+                outs[i] = o.copy()
+        return outs
+    return guard
 
 
 class Lowered:
@@ -207,7 +250,7 @@ class Jitted:
                     dims = entry.binder(shapes)
                     if type(dims) is tuple:
                         self._hits += 1
-                        return entry.fast_run(dims, args)
+                        return entry.run(dims, args)
                 keyed = []
                 out = self._call_slow(args, kwargs, keyed)
                 if keyed:           # this call's cache key (per call: other threads have theirs)
@@ -260,18 +303,7 @@ class Jitted:
         return CallArgs(self, args, kwargs)
 
     def _run(self, entry: _Entry, dims: tuple, call: CallArgs):
-        D = dict(zip(entry.binder.names, dims))
-        arrays = call.arrays()
-        outs = entry.executable(D, arrays)
-        leaves = []
-        for kind, v in entry.out_kinds:
-            if kind == "value":
-                leaves.append(outs[v])
-            elif kind == "dim":
-                leaves.append(int(outs[v]))
-            else:
-                leaves.append(v)
-        return optree.tree_unflatten(entry.out_tree, leaves)
+        return entry.run(dims, call.arrays())
 
     # -- tracing -------------------------------------------------------------------------
     def _trace(self, call: CallArgs):

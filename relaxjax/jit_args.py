@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import struct
 
 import numpy as np
 import optree
@@ -39,6 +40,24 @@ def leaf_kind(x, name: str):
     raise TypeError(f"argument {name}: unsupported type {type(x).__name__}; jitted functions take "
                     f"arrays, Python scalars and pytrees of them (mark other arguments static "
                     f"with static_argnums/static_argnames)")
+
+
+def static_key_of(v):
+    """A static argument's part of the cache key: its type and, for numbers, its bits.
+
+    ``==`` would let values that trace differently share an entry: ``0.0 == -0.0``
+    (``x / s`` gives -inf for one), ``2 == 2.0 == np.float64(2)`` (an int, a weak float and
+    a strong float64 promote differently); and a NaN, unequal to itself, would never hit."""
+    t = type(v)
+    if isinstance(v, tuple):
+        return (t, tuple(static_key_of(e) for e in v))
+    if isinstance(v, np.generic):
+        return (t, v.dtype.str, v.tobytes())
+    if isinstance(v, float):
+        return (t, struct.pack("<d", v))
+    if isinstance(v, complex):
+        return (t, struct.pack("<dd", v.real, v.imag))
+    return (t, v)
 
 
 def on_device(x) -> bool:
@@ -128,8 +147,8 @@ class CallArgs:
             if n in self.kwargs:
                 statics.append((n, self.kwargs[n]))
         try:
-            static_key = tuple(statics)
-            hash(static_key)
+            hash(tuple(v for _, v in statics))         # static arguments are hashable, as in JAX
+            static_key = tuple((i, static_key_of(v)) for i, v in statics)
         except TypeError:
             raise TypeError(f"{jitted.__name__}: static arguments must be hashable, "
                             f"got {[type(v).__name__ for _, v in statics]}") from None
