@@ -5,7 +5,7 @@ and bits, captured arrays are snapshots, generated code cannot collide with user
 integer powers check their exponents, and bad arguments get precise errors."""
 from __future__ import annotations
 
-import math
+import re
 
 import numpy as np
 import pytest
@@ -75,3 +75,47 @@ def test_front_captured_arrays_are_snapshots(backend):
     w[:] = 100.0
     assert_same(f(x), first)
     assert_same(first, (x, x, np.zeros(3)))
+
+
+# -- 5. user dim names never collide with generated names ----------------------------------------
+NASTY_NAMES = ["__t", "__S", "_d0", "_d1", "D", "np", "arrays", "__binder", "_b", "_dims"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(name=st.sampled_from(NASTY_NAMES), other=st.sampled_from(NASTY_NAMES),
+       k=SMALL_SIZES, m=SMALL_SIZES)
+def test_front_dim_names_do_not_collide_with_generated_code(backend, name, other, k, m):
+    if name == other:
+        other += "_2"
+    a, b = rj.dim(name), rj.dim(other)
+    f = rj.jit(lambda x, y: x[: x.shape[0] // 2] * 2.0 + y[:, :1],
+               shapes=(rj.ShapeDtypeStruct((a * 2, b + 1), "float64"),
+                       rj.ShapeDtypeStruct((a, 1), "float64")), backend=backend)
+    x = np.arange(2 * k * (m + 1), dtype=np.float64).reshape(2 * k, m + 1)
+    y = np.ones((k, 1))
+    assert_same(f(x, y), x[:k] * 2.0 + y)
+    with pytest.raises(rj.ShapeError, match=rf"argument [xy] axis 0: expected {re.escape(name)}"):
+        f(x, np.ones((k + 1, 1)))
+
+
+def test_front_automatic_names_avoid_declared_dims():
+    f = rj.jit(lambda x, y: (x * 2.0, y + 1.0),
+               shapes=(rj.ShapeDtypeStruct(("y0",), "float64"), None))
+    x, y = np.ones(3), np.ones(4)         # y's axis 0 is not the declared y0
+    assert_same(f(x, y), (x * 2.0, y + 1.0))
+
+
+def test_front_dim_with_two_bounds_is_an_error():
+    n10, n20 = rj.dim("n", max=10), rj.dim("n", max=20)
+    f = rj.jit(lambda x, y: x + y, shapes=(rj.ShapeDtypeStruct((n10,), "float64"),
+                                            rj.ShapeDtypeStruct((n20,), "float64")))
+    with pytest.raises(ValueError, match=r"dim n declared with two different bounds: "
+                                         r"\[1, 10\] \(argument x\) and \[1, 20\] \(argument y\)"):
+        f(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match="two different bounds"):
+        rj.jit(lambda x: x).lower(rj.ShapeDtypeStruct((n10, n20), "float64"))
+
+
+def test_front_struct_negative_size():
+    with pytest.raises(ValueError, match="axis 1: a size must be >= 0, got -3"):
+        rj.ShapeDtypeStruct((2, -3), "float32")
