@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import BACKENDS, SMALL_SIZES, assert_same
+from helpers import BACKENDS, SMALL_SIZES, arrays, assert_same
 
 W_GLOBAL = np.arange(3.0)
 
@@ -119,3 +119,45 @@ def test_front_dim_with_two_bounds_is_an_error():
 def test_front_struct_negative_size():
     with pytest.raises(ValueError, match="axis 1: a size must be >= 0, got -3"):
         rj.ShapeDtypeStruct((2, -3), "float32")
+
+
+# -- 7. integer powers with negative exponents raise NumPy's ValueError -------------------------
+NEG_POWER = "Integers to negative integer powers are not allowed"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data(), n=SMALL_SIZES)
+def test_front_integer_power_negative_exponent(backend, data, n):
+    x = data.draw(arrays("int64", (n,), -3, 3))
+    y = data.draw(arrays("int32", (n,), -2, 3))
+    f = _jit_cached(("pow", backend), lambda x, y: (x + 1) ** (y - 1), backend)
+    try:
+        want = (x + 1) ** (y - 1)
+    except ValueError:
+        with pytest.raises(ValueError, match=NEG_POWER):
+            f(x, y)
+    else:
+        assert_same(f(x, y), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_front_integer_power_constant_exponent(backend):
+    x = np.array([2, 3])
+    for g in (lambda x: x ** -1, lambda x: x ** np.array([1, -2]), lambda x: np.power(x, -2)):
+        with pytest.raises(ValueError, match=NEG_POWER):
+            rj.jit(g, backend=backend).lower(x)            # at trace time
+    assert_same(rj.jit(lambda x: x ** -1.0, backend=backend)(x), x ** -1.0)
+    assert_same(rj.jit(lambda x, y: x ** y, backend=backend)(x, np.array([1, 2], np.uint8)),
+                x ** np.array([1, 2], np.uint8))
+    loop = rj.jit(lambda x, y: rj.lax.fori_loop(0, 2, lambda i, c: c ** y, x), backend=backend)
+    with pytest.raises(ValueError, match=NEG_POWER):
+        loop(x, np.array([-1, 1]))
+
+
+_FNS: dict = {}
+
+
+def _jit_cached(key, fn, backend):
+    """One jitted function per key across hypothesis examples (a compile per example would
+    dominate the test's time)."""
+    return _FNS.setdefault(key, rj.jit(fn, backend=backend))
