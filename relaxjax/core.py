@@ -136,6 +136,7 @@ class TraceContext:
             # it later changes neither the compiled code's outputs nor only some of them
             # (constant folding would otherwise have read it at compile time, kernels at
             # run time)
+            dt.reject_masked(x)
             hit = self._consts.get(id(x))
             if hit is None or hit[0] is not x:
                 arr = np.array(x, copy=True)

@@ -20,7 +20,7 @@ from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .errors import ShapeError
 from .ir import IRModule, Literal
-from .jit_args import CallArgs, spec_list
+from .jit_args import CallArgs, check_static, spec_list
 from .jit_cache import lower_cached
 from .jit_trace import trace_call
 from .signature import Binder
@@ -175,8 +175,14 @@ class Jitted:
 
     def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
                  backend: str | None = None, pipeline: Sequence[Pass] | None = None):
+        if not callable(fun):
+            raise TypeError(f"jit: expected a function or other callable, got {fun!r} "
+                            f"of type {type(fun).__name__}")
         self.fun = fun
         functools.update_wrapper(self, fun)
+        # a callable object or a functools.partial has no __name__: messages and the traced
+        # function's name use its type's
+        self.__name__ = getattr(fun, "__name__", None) or type(fun).__name__
         # no backend named: the CPU (llvm), or CUDA for calls whose arrays are on a GPU
         self.backend = backend or "llvm"
         self._auto_backend = backend is None
@@ -190,6 +196,7 @@ class Jitted:
         self.static_argnums = tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) \
             else (static_argnums,)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self.static_argnums = check_static(self.__name__, self._sig, self.static_argnums, names)
         if self._sig is not None:
             params = list(self._sig.parameters.values())
             for n in names:

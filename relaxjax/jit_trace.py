@@ -62,7 +62,7 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
                 results.append(ctx.atom(o))
             elif isinstance(o, (np.ndarray, np.generic)):
                 kinds.append(("value", len(results)))
-                results.append(ctx.atom(np.asarray(o)))
+                results.append(ctx.atom(o))
             elif isinstance(o, PY_SCALARS) or o is None:
                 kinds.append(("const", o))
             else:

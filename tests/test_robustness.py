@@ -161,3 +161,66 @@ def _jit_cached(key, fn, backend):
     """One jitted function per key across hypothesis examples (a compile per example would
     dominate the test's time)."""
     return _FNS.setdefault(key, rj.jit(fn, backend=backend))
+
+
+# -- the API layer: precise errors for bad input ------------------------------------------------
+def test_front_static_argnums_and_names_checked():
+    f = lambda x, y: x * y  # noqa: E731
+    with pytest.raises(ValueError, match="static_argnums has 5, but the function takes 2 positional"):
+        rj.jit(f, static_argnums=5)
+    with pytest.raises(ValueError, match="static_argnums has -3"):
+        rj.jit(f, static_argnums=-3)
+    with pytest.raises(ValueError, match="static_argnames has 'zz', which is not a parameter"):
+        rj.jit(f, static_argnames="zz")
+    with pytest.raises(TypeError, match="static_argnums must be ints"):
+        rj.jit(f, static_argnums="y")
+    x = np.arange(3.0)
+    g = rj.jit(f, static_argnums=-1)                 # counted from the end, as in JAX
+    assert_same(g(x, 2.0), x * 2.0)
+    assert_same(g(x, 3.0), x * 3.0)
+    assert g.cache_info().compiles == 2
+    h = rj.jit(lambda *xs: xs[0] * xs[1], static_argnums=1)      # *args: any index
+    assert_same(h(x, 2.0), x * 2.0)
+    k = rj.jit(lambda x, **kw: x * kw["s"], static_argnames="s")  # **kwargs: any name
+    assert_same(k(x, s=2.0), x * 2.0)
+
+
+def test_front_jit_takes_callables_only():
+    with pytest.raises(TypeError, match="got 42 of type int"):
+        rj.jit(42)
+
+    class Scale:
+        def __call__(self, x):
+            return x * 2.0
+    x = np.arange(3.0)
+    f = rj.jit(Scale())
+    assert_same(f(x), x * 2.0)
+    assert "Scale" in f.lower(x).as_text()
+
+
+def test_front_pytree_and_out_arguments():
+    # a list is a pytree of leaves, as in JAX: its elements are the arrays
+    assert_same(rj.jit(lambda xs: xs[0] + xs[1])([np.ones(2), np.arange(2.0)]), np.arange(2.0) + 1)
+    with pytest.raises(TypeError, match=r"numpy.sum\(..., out=...\) is not supported on traced"):
+        rj.jit(lambda x: np.sum(x, out=np.zeros(())))(np.arange(3.0))
+
+
+def test_front_python_scalar_into_int_struct():
+    i32 = rj.jit(lambda x: x + 1, shapes=(rj.ShapeDtypeStruct((), "int32"),))
+    with pytest.raises(TypeError, match=r"argument x: expected dtype int32, got a Python float 2.7"):
+        i32(2.7)
+    assert_same(i32(2), np.array(3, np.int32))
+    i8 = rj.jit(lambda x: x + 1, shapes=(rj.ShapeDtypeStruct((), "int8"),))
+    with pytest.raises(OverflowError, match=r"argument x: Python int 300 is out of range for dtype int8"):
+        i8(300)
+    assert_same(i8(-128), np.array(-127, np.int8))
+    f32 = rj.jit(lambda x: x + 1, shapes=(rj.ShapeDtypeStruct((), "float32"),))
+    assert_same(f32(2), np.array(3.0, np.float32))
+
+
+def test_front_masked_arrays_rejected():
+    m = np.ma.array([1.0, 2.0], mask=[0, 1])
+    with pytest.raises(TypeError, match="argument x: masked arrays are not supported"):
+        rj.jit(lambda x: x + 1)(m)
+    with pytest.raises(TypeError, match="masked arrays are not supported"):
+        rj.jit(lambda x: x + m)(np.ones(2))
