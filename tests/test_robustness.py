@@ -224,3 +224,18 @@ def test_front_masked_arrays_rejected():
         rj.jit(lambda x: x + 1)(m)
     with pytest.raises(TypeError, match="masked arrays are not supported"):
         rj.jit(lambda x: x + m)(np.ones(2))
+
+
+# -- float -> int casts as NumPy on x86-64 --------------------------------------------------------
+SPECIAL = [np.inf, -np.inf, np.nan, 1e30, -1e30, 3e9, -3e9, 300.0, -1.0, 70000.0, 1e19, -1e19,
+           2.0 ** 63, 2.0 ** 64, 2.0 ** 32, 2.0 ** 31, -2.0 ** 31 - 1, 255.7, -0.7, 65504.0]
+INTS = ["int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["cuda-emulated"])
+def test_front_float_to_int_casts_match_numpy(backend):
+    f = rj.jit(lambda x: tuple(x.astype(d) for d in INTS), backend=backend)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for src in ("float64", "float32", "float16"):
+            x = np.array(SPECIAL, src)
+            assert_same(f(x), tuple(x.astype(d) for d in INTS))
