@@ -347,6 +347,10 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
 
     ``backend``: "llvm" (the CPU), "cuda" (CuPy arrays out), "numpy" (the reference
     interpreter); by default "llvm", or "cuda" for calls whose arrays are CuPy arrays.
+
+    As in JAX, every call returns new arrays (never an argument or a cached constant), NumPy
+    arrays the function captures (closures, globals) are constants of the trace, copied when
+    it is traced, and static arguments key the cache by type and value bits.
     """
     if fun is None:
         return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,
