@@ -100,6 +100,7 @@ class TraceContext:
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
         self.captured: dict = {}        # id(outer tracer) -> (outer tracer, inner Var)
+        self._consts: dict = {}         # id(outside array) -> (array, its snapshot Literal)
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -130,9 +131,18 @@ class TraceContext:
         if isinstance(x, SymbolicDim):
             return Literal(self.env.canon(x.expr), TensorType((), np.dtype("int64"), True))
         if isinstance(x, (np.ndarray, np.generic)):
-            arr = np.asarray(x)
-            dt.canonical(arr.dtype)
-            return Literal(arr, TensorType(arr.shape, arr.dtype))
+            # an array from outside the trace (a closure's, a global) is a constant of the
+            # trace, as in JAX: a snapshot taken once per trace, so that the user writing into
+            # it later changes neither the compiled code's outputs nor only some of them
+            # (constant folding would otherwise have read it at compile time, kernels at
+            # run time)
+            dt.reject_masked(x)
+            hit = self._consts.get(id(x))
+            if hit is None or hit[0] is not x:
+                arr = np.array(x, copy=True)
+                dt.canonical(arr.dtype)
+                hit = self._consts[id(x)] = (x, Literal(arr, TensorType(arr.shape, arr.dtype)))
+            return hit[1]
         if isinstance(x, (bool, int, float)):
             d = dt.WEAK_DEFAULT[type(x)]
             return Literal(np.asarray(x, d), TensorType((), d, True))

@@ -91,3 +91,11 @@ def result_type(*operands) -> np.dtype:
 def reduction_dtype(fn_name: str, dtype: np.dtype) -> np.dtype:
     """The dtype NumPy gives for ``np.<fn_name>`` over an array of ``dtype`` (sum of int32 -> int64, ...)."""
     return getattr(np, fn_name)(np.zeros((1,), dtype)).dtype
+
+
+def reject_masked(x, where: str = "a masked array used in a traced function") -> None:
+    """Masked arrays would lose their mask (every conversion keeps only the data): a
+    TypeError saying so, where one enters a trace or a jitted call."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{where}: masked arrays are not supported (the mask would be lost); "
+                        f"pass x.filled(value), or the data and the mask as two arrays")

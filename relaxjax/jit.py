@@ -19,8 +19,8 @@ from .compile.legalize import legalize, unlowered
 from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .errors import ShapeError
-from .ir import IRModule
-from .jit_args import CallArgs, spec_list
+from .ir import IRModule, Literal
+from .jit_args import CallArgs, check_static, spec_list
 from .jit_cache import lower_cached
 from .jit_trace import trace_call
 from .signature import Binder
@@ -49,10 +49,13 @@ class _Entry:
         self._values_only = all(k == "value" for k, _ in self.out_kinds)
         self._single = self._values_only and self.out_tree.num_leaves == 1 and \
             optree.treespec_is_leaf(self.out_tree)
+        self._guard = _alias_guard(self.module)
 
-    def fast_run(self, dims: tuple, arrays):
-        """Run with NumPy array arguments already checked by the binder."""
+    def run(self, dims: tuple, arrays):
+        """Run with the arguments' arrays, whose shapes the binder accepted as ``dims``."""
         outs = self.executable(dict(zip(self._names, dims)), arrays)
+        if self._guard is not None:
+            outs = self._guard(outs, arrays)
         if self._single:
             return outs[self.out_kinds[0][1]]
         if self._values_only:
@@ -60,6 +63,46 @@ class _Entry:
         leaves = [outs[v] if k == "value" else int(outs[v]) if k == "dim" else v
                   for k, v in self.out_kinds]
         return optree.tree_unflatten(self.out_tree, leaves)
+
+
+def _alias_guard(module: IRModule):
+    """The output boundary: a result is handed to the caller only when no one else holds its
+    memory, as in JAX, where every call returns new arrays.  A result that the executable
+    wrote into memory it allocated for the call (a ``call_tir``'s or ``call_library``'s
+    output) is fresh; a constant (one array cached in the entry, which a caller writing into
+    it would change for every later call), a parameter (the caller's own array) or what a
+    host op or the numpy backend made (possibly a view of either) is copied when it may
+    share memory with an argument or a constant.  Returns ``guard(outs, arrays) -> outs``,
+    or None when every result is fresh."""
+    fn = module.main
+    made_by = {v: b.kind for b in fn.bindings for v in b.outvars}
+    params = set(fn.params)
+    consts = [a.value for b in fn.bindings for a in b.args
+              if isinstance(a, Literal) and isinstance(a.value, np.ndarray) and a.value.ndim]
+    # per result: "fresh", "copy" (always) or "check" (copy if it shares memory)
+    how = []
+    for r in fn.results:
+        if isinstance(r, Literal) or r in params:
+            how.append("copy")
+        elif made_by.get(r) in ("tir", "library"):
+            how.append("fresh")
+        else:
+            how.append("check")
+    if all(h == "fresh" for h in how):
+        return None
+
+    def guard(outs, arrays):
+        outs = list(outs)
+        for i, h in enumerate(how):
+            o = outs[i]
+            if h == "fresh" or not hasattr(o, "copy"):
+                continue
+            if h == "copy" or not isinstance(o, np.ndarray) or any(
+                    isinstance(a, np.ndarray) and np.may_share_memory(o, a)
+                    for a in (*arrays, *consts)):
+                outs[i] = o.copy()
+        return outs
+    return guard
 
 
 class Lowered:
@@ -132,8 +175,14 @@ class Jitted:
 
     def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
                  backend: str | None = None, pipeline: Sequence[Pass] | None = None):
+        if not callable(fun):
+            raise TypeError(f"jit: expected a function or other callable, got {fun!r} "
+                            f"of type {type(fun).__name__}")
         self.fun = fun
         functools.update_wrapper(self, fun)
+        # a callable object or a functools.partial has no __name__: messages and the traced
+        # function's name use its type's
+        self.__name__ = getattr(fun, "__name__", None) or type(fun).__name__
         # no backend named: the CPU (llvm), or CUDA for calls whose arrays are on a GPU
         self.backend = backend or "llvm"
         self._auto_backend = backend is None
@@ -147,6 +196,7 @@ class Jitted:
         self.static_argnums = tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) \
             else (static_argnums,)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self.static_argnums = check_static(self.__name__, self._sig, self.static_argnums, names)
         if self._sig is not None:
             params = list(self._sig.parameters.values())
             for n in names:
@@ -207,7 +257,7 @@ class Jitted:
                     dims = entry.binder(shapes)
                     if type(dims) is tuple:
                         self._hits += 1
-                        return entry.fast_run(dims, args)
+                        return entry.run(dims, args)
                 keyed = []
                 out = self._call_slow(args, kwargs, keyed)
                 if keyed:           # this call's cache key (per call: other threads have theirs)
@@ -260,18 +310,7 @@ class Jitted:
         return CallArgs(self, args, kwargs)
 
     def _run(self, entry: _Entry, dims: tuple, call: CallArgs):
-        D = dict(zip(entry.binder.names, dims))
-        arrays = call.arrays()
-        outs = entry.executable(D, arrays)
-        leaves = []
-        for kind, v in entry.out_kinds:
-            if kind == "value":
-                leaves.append(outs[v])
-            elif kind == "dim":
-                leaves.append(int(outs[v]))
-            else:
-                leaves.append(v)
-        return optree.tree_unflatten(entry.out_tree, leaves)
+        return entry.run(dims, call.arrays())
 
     # -- tracing -------------------------------------------------------------------------
     def _trace(self, call: CallArgs):
@@ -308,6 +347,10 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
 
     ``backend``: "llvm" (the CPU), "cuda" (CuPy arrays out), "numpy" (the reference
     interpreter); by default "llvm", or "cuda" for calls whose arrays are CuPy arrays.
+
+    As in JAX, every call returns new arrays (never an argument or a cached constant), NumPy
+    arrays the function captures (closures, globals) are constants of the trace, copied when
+    it is traced, and static arguments key the cache by type and value bits.
     """
     if fun is None:
         return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,

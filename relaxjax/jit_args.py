@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import struct
 
 import numpy as np
 import optree
@@ -21,6 +22,7 @@ PY_SCALARS = (bool, int, float)
 
 
 def leaf_kind(x, name: str):
+    dt.reject_masked(x, f"argument {name}")
     if isinstance(x, np.ndarray):
         dt.canonical(x.dtype)
         return "array"
@@ -39,6 +41,58 @@ def leaf_kind(x, name: str):
     raise TypeError(f"argument {name}: unsupported type {type(x).__name__}; jitted functions take "
                     f"arrays, Python scalars and pytrees of them (mark other arguments static "
                     f"with static_argnums/static_argnames)")
+
+
+def check_static(fname: str, sig, argnums: tuple, argnames: tuple) -> tuple:
+    """``static_argnums`` with negative indices counted from the last positional parameter,
+    after checking both against the signature (when it can be read): an index past the
+    positional parameters or a name that is no parameter is an error naming it, as in
+    JAX, not a static argument that is silently never static."""
+    for i in argnums:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            raise TypeError(f"{fname}: static_argnums must be ints, got {i!r}")
+    for n in argnames:
+        if not isinstance(n, str):
+            raise TypeError(f"{fname}: static_argnames must be strings, got {n!r}")
+    if sig is None:
+        return tuple(int(i) for i in argnums)
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_pos = any(p.kind == p.VAR_POSITIONAL for p in params)
+    out = []
+    for i in argnums:
+        i = int(i)
+        j = i + len(positional) if i < 0 and not var_pos else i
+        if j < 0 or (j >= len(positional) and not var_pos):
+            raise ValueError(f"{fname}: static_argnums has {i}, but the function takes "
+                             f"{len(positional)} positional argument{'s' * (len(positional) != 1)}"
+                             f"{' (and *args: a negative index is ambiguous)' if var_pos else ''}")
+        out.append(j)
+    keyword = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        for n in argnames:
+            if n not in keyword:
+                raise ValueError(f"{fname}: static_argnames has {n!r}, which is not a parameter "
+                                 f"the function takes by name (it takes {sorted(keyword)})")
+    return tuple(out)
+
+
+def static_key_of(v):
+    """A static argument's part of the cache key: its type and, for numbers, its bits.
+
+    ``==`` would let values that trace differently share an entry: ``0.0 == -0.0``
+    (``x / s`` gives -inf for one), ``2 == 2.0 == np.float64(2)`` (an int, a weak float and
+    a strong float64 promote differently); and a NaN, unequal to itself, would never hit."""
+    t = type(v)
+    if isinstance(v, tuple):
+        return (t, tuple(static_key_of(e) for e in v))
+    if isinstance(v, np.generic):
+        return (t, v.dtype.str, v.tobytes())
+    if isinstance(v, float):
+        return (t, struct.pack("<d", v))
+    if isinstance(v, complex):
+        return (t, struct.pack("<dd", v.real, v.imag))
+    return (t, v)
 
 
 def on_device(x) -> bool:
@@ -128,8 +182,8 @@ class CallArgs:
             if n in self.kwargs:
                 statics.append((n, self.kwargs[n]))
         try:
-            static_key = tuple(statics)
-            hash(static_key)
+            hash(tuple(v for _, v in statics))         # static arguments are hashable, as in JAX
+            static_key = tuple((i, static_key_of(v)) for i, v in statics)
         except TypeError:
             raise TypeError(f"{jitted.__name__}: static arguments must be hashable, "
                             f"got {[type(v).__name__ for _, v in statics]}") from None
@@ -198,6 +252,7 @@ class CallArgs:
             if s.ndim != 0:
                 raise ShapeError(f"argument {l.display}: expected an array of rank {s.ndim} "
                                  f"{s.shape}, got a Python scalar")
+            _check_scalar(l.display, value, s.dtype)
             return
         if d != s.dtype:
             raise TypeError(f"argument {l.display}: expected dtype {s.dtype}, got {d}")
@@ -249,6 +304,22 @@ class CallArgs:
             ba = inspect.BoundArguments(sig, _ordered(sig, args, kwargs))
             return ba.args, ba.kwargs
         return tuple(args), kwargs
+
+
+def _check_scalar(name: str, value, dtype: np.dtype) -> None:
+    """A Python scalar given for a struct of ``dtype`` converts exactly or is an error: a
+    float is not truncated to an int struct, an int out of range does not wrap."""
+    if isinstance(value, bool) or dtype.kind in "fc":
+        return
+    if isinstance(value, float):
+        raise TypeError(f"argument {name}: expected dtype {dtype}, got a Python float {value!r}")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise OverflowError(f"argument {name}: Python int {value} is out of range for "
+                                f"dtype {dtype} [{info.min}, {info.max}]")
+    elif dtype.kind == "b" and value not in (0, 1):
+        raise TypeError(f"argument {name}: expected dtype bool, got the Python int {value}")
 
 
 def _ordered(sig, args, kwargs):

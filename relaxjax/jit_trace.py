@@ -15,7 +15,7 @@ from .core import TraceContext, Tracer
 from .errors import ShapeError
 from .ir import IRModule
 from .jit_args import PY_SCALARS, CallArgs, identifier
-from .shapes import ShapeEnv, SymbolicDim
+from .shapes import ShapeEnv, SymbolicDim, bounds_str
 from .signature import Binder, make_binder
 
 
@@ -36,7 +36,11 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
     env = ShapeEnv("auto" if call.any_auto else "explicit")
     ctx = TraceContext(env)
     params, names, leaf_names = [], [], []
-    taken: set = set()
+    _declare_struct_bounds(env, call)
+    # automatic dim names (x0, y1, ...) avoid every name the explicit structs declare, even
+    # of a later argument: a struct's dim "y0" must not tie itself to argument y's axis 0
+    taken: set = {sym.name for leaf in call.leaves if leaf.struct is not None
+                  for sym in leaf.struct.bounds()}
     for leaf in call.leaves:
         t = leaf.struct_type(env, taken)
         tr = ctx.new_param(t, leaf.ident)
@@ -58,7 +62,7 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
                 results.append(ctx.atom(o))
             elif isinstance(o, (np.ndarray, np.generic)):
                 kinds.append(("value", len(results)))
-                results.append(ctx.atom(np.asarray(o)))
+                results.append(ctx.atom(o))
             elif isinstance(o, PY_SCALARS) or o is None:
                 kinds.append(("const", o))
             else:
@@ -72,6 +76,23 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
     binder = make_binder([p.type.shape for p in fn.params], leaf_names, fn.bounds, fn.guards,
                          fname)
     return Traced(module, binder, out_tree, kinds, trace_seconds)
+
+
+def _declare_struct_bounds(env: ShapeEnv, call: CallArgs) -> None:
+    """Declare the bounds of the structs' ``rj.dim``s before any leaf's type is made (a dim
+    named by a plain string takes them); one name with two different bounds is an error
+    naming both, not the first one winning."""
+    seen: dict = {}
+    for leaf in call.leaves:
+        for d in (leaf.struct.shape if leaf.struct is not None else ()):
+            for sym, b in (d.bounds.items() if isinstance(d, SymbolicDim) else ()):
+                if sym in seen and seen[sym][0] != b:
+                    raise ValueError(f"dim {sym.name} declared with two different bounds: "
+                                     f"{bounds_str(seen[sym][0])} (argument {seen[sym][1]}) and "
+                                     f"{bounds_str(b)} (argument {leaf.display})")
+                if sym not in seen:
+                    seen[sym] = (b, leaf.display)
+                    env.declare(sym, *b)
 
 
 def _check_dims_bound(fn, fname: str) -> None:

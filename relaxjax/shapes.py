@@ -318,7 +318,7 @@ class ShapeEnv:
         old = self.bounds.get(sym)
         if old is not None and old != (lo, hi):
             raise ValueError(f"dim {sym.name} declared with two different bounds: "
-                             f"{_bounds_str(old)} and {_bounds_str((lo, hi))}")
+                             f"{bounds_str(old)} and {bounds_str((lo, hi))}")
         self.bounds[sym] = (lo, hi)
         self.declared[sym] = (lo, hi)
         if value is not None:
@@ -535,7 +535,7 @@ class ShapeEnv:
         else:
             fix = ("declare the dims equal (use one dim name for both), add bounds with "
                    "rj.dim(name, min=..., max=...), or make the argument static (static_argnums)")
-        bnds = "; ".join(f"{s.name} in {_bounds_str(self.bounds.get(s, DEFAULT_BOUNDS))}"
+        bnds = "; ".join(f"{s.name} in {bounds_str(self.bounds.get(s, DEFAULT_BOUNDS))}"
                          for s in sorted(free_symbols(a) | free_symbols(b), key=lambda s: s.name))
         return (f"{what}: cannot decide whether {dim_str(a)} {op} {dim_str(b)} "
                 f"(known: {bnds or 'nothing'}). Fix: {fix}.")
@@ -556,7 +556,7 @@ class ShapeEnv:
         return out
 
 
-def _bounds_str(b) -> str:
+def bounds_str(b) -> str:
     lo, hi = b
     return f"[{lo}, {'inf' if hi == INF else hi}]"
 

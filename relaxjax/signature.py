@@ -129,25 +129,37 @@ def make_binder(param_shapes: Sequence[tuple], leaf_names: Sequence[str], bounds
     for g in guards:
         steps.append(Step("guard", guard=g))
 
+    # The generated code names each dim by its index (_d0, _d1, ...), never by the user's
+    # name: a dim called __S or __t would otherwise rebind the code's own variables.
+    local = {}
+    for g in guards:
+        for sym in sorted(free_symbols(g.lhs) | free_symbols(g.rhs), key=lambda x: x.name):
+            local.setdefault(sym, None)
+    local = {sym: sympy.Symbol(f"_d{k}", integer=True, nonnegative=True)
+             for k, sym in enumerate([*order, *(x for x in local if x not in order)])}
+
+    def expr(d) -> str:
+        return dim_str(d if isinstance(d, int) else d.xreplace(local))
+
     lines = ["def __binder(__S):"]
     for i, st in enumerate(steps):
         if st.kind == "bind":
-            lines.append(f"    {st.sym.name} = __S[{st.leaf}][{st.axis}]")
+            lines.append(f"    {expr(st.sym)} = __S[{st.leaf}][{st.axis}]")
         elif st.kind == "solve":
-            lines.append(f"    __t = __S[{st.leaf}][{st.axis}] - ({dim_str(st.rest)})")
+            lines.append(f"    __t = __S[{st.leaf}][{st.axis}] - ({expr(st.rest)})")
             lines.append(f"    if __t % {st.coeff}: return {i}")
-            lines.append(f"    {st.sym.name} = __t // {st.coeff}")
+            lines.append(f"    {expr(st.sym)} = __t // {st.coeff}")
         elif st.kind == "check":
-            lines.append(f"    if __S[{st.leaf}][{st.axis}] != ({dim_str(st.expr)}): return {i}")
+            lines.append(f"    if __S[{st.leaf}][{st.axis}] != ({expr(st.expr)}): return {i}")
         elif st.kind == "bound":
-            cond = f"{st.sym.name} < {st.lo}"
+            cond = f"{expr(st.sym)} < {st.lo}"
             if st.hi != INF:
-                cond += f" or {st.sym.name} > {st.hi}"
+                cond += f" or {expr(st.sym)} > {st.hi}"
             lines.append(f"    if {cond}: return {i}")
         else:
             g = st.guard
-            lines.append(f"    if not (({dim_str(g.lhs)}) {g.op} ({dim_str(g.rhs)})): return {i}")
-    lines.append(f"    return ({''.join(s.name + ', ' for s in order)})")
+            lines.append(f"    if not (({expr(g.lhs)}) {g.op} ({expr(g.rhs)})): return {i}")
+    lines.append(f"    return ({''.join(expr(s) + ', ' for s in order)})")
     ns: dict = {"min": min, "max": max}
     exec(compile("\n".join(lines), "<relaxjax binder>", "exec"), ns)  # noqa: S102 (generated)
     return Binder(steps, order, leaf_names, ns["__binder"])

@@ -16,9 +16,11 @@ class ShapeDtypeStruct:
     def __init__(self, shape: Sequence, dtype: Any):
         self.shape = tuple(shape)
         self.dtype = dt.canonical(dtype)
-        for d in self.shape:
+        for ax, d in enumerate(self.shape):
             if not isinstance(d, (int, np.integer, SymbolicDim, str)) or isinstance(d, bool):
                 raise TypeError(f"ShapeDtypeStruct dims must be ints, dims or names, got {d!r}")
+            if isinstance(d, (int, np.integer)) and d < 0:
+                raise ValueError(f"ShapeDtypeStruct axis {ax}: a size must be >= 0, got {d}")
 
     @property
     def ndim(self) -> int:

@@ -27,7 +27,7 @@ from ..shapes import is_symbolic
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
-HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask",
+HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask", "check_int_power",
             # structured control flow: the runtimes drive the iterations and run the regions
             "fori_loop", "while_loop", "scan", "cond"}
 # float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)

@@ -105,6 +105,20 @@ div = binary("div", np.true_divide)                        # floats only (numpy 
 floor_div = binary("floor_div", np.floor_divide)
 rem = binary("rem", np.mod)                                 # sign of the divisor, like NumPy
 pow = binary("pow", np.power)
+
+
+def _check_int_power(y):
+    if np.any(np.asarray(y) < 0):
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return y
+
+
+# NumPy's error for an integer power with a negative exponent, a run-time check of the
+# exponent's data: a host operation between kernels (kind "data_dependent": never fused,
+# folded or moved), so every backend raises it as NumPy does
+check_int_power = Primitive("check_int_power", shape_rule=_unary_shape,
+                            dtype_rule=lambda y, **p: y.dtype, impl=_check_int_power,
+                            kind="data_dependent", weak_rule=lambda y, **p: y.weak)
 max = binary("max", np.maximum)                             # NaN-propagating, like np.maximum
 min = binary("min", np.minimum)
 atan2 = binary("atan2", np.arctan2)

@@ -44,6 +44,7 @@ def arr(x: Any) -> Any:
     if isinstance(x, SymbolicDim):
         return dim_tracer(x)
     if isinstance(x, np.ndarray):
+        dt.reject_masked(x)
         dt.canonical(x.dtype)
         return x
     a = np.asarray(x)

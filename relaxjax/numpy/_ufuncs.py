@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import lax
 from ..core import Tracer
+from ..shapes import is_symbolic
 from ._base import arr, cast, dtype_of, fresh, is_weak, promote, spec
 from .. import dtypes as dt
 
@@ -110,7 +111,24 @@ multiply = _ufunc("multiply", lax.mul, operator=True)
 divide = true_divide = _ufunc("true_divide", lax.div, operator=True)
 floor_divide = _ufunc("floor_divide", lax.floor_div, operator=True)
 mod = remainder = _ufunc("remainder", lax.rem, operator=True)
-power = pow = _ufunc("power", lax.pow, operator=True)
+def power(x1, x2):
+    """Elementwise ``numpy.power``.  An integer power checks its exponents as NumPy does
+    (ValueError for a negative one): at trace time when they are constants, else at run
+    time."""
+    a, b = _promote_ufunc("power", (x1, x2))
+    if b.dtype.kind == "i" and a.dtype.kind == "i" and dtype_of(x2).kind not in "ub":
+        atom = b.atom if isinstance(b, Tracer) else None
+        if atom is not None and hasattr(atom, "value") and not is_symbolic(atom.value):
+            lax.check_int_power.impl(atom.value)
+        elif isinstance(b, Tracer):
+            b = lax.check_int_power.bind(b)
+        else:
+            lax.check_int_power.impl(b)
+    r = lax.pow.bind(a, b)
+    return r if _traced_operand((x1, x2)) else _strong(r)
+
+
+pow = power
 maximum = _ufunc("maximum", lax.max)
 minimum = _ufunc("minimum", lax.min)
 arctan2 = _ufunc("arctan2", lax.atan2)

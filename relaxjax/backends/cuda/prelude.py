@@ -126,19 +126,23 @@ template <class T> RJ_DEV T rj_ipow(T a, T b) {
   return r;
 }
 
-// float -> integer through a saturated int64, as the LLVM backend (NumPy on x86 wraps from there)
-template <class F> RJ_DEV int64_t rj_f2i(F x) {
-  if (x != x) return 0;
-  if (x >= (F)9.2233720368547758e18) return (int64_t)0x7fffffffffffffffLL;
-  if (x <= (F)-9.2233720368547758e18) return (int64_t)(-0x7fffffffffffffffLL - 1);
-  return (int64_t)x;
+// float -> integer as NumPy on x86-64 and the LLVM backend: out of range or NaN gives the
+// cvtt instruction's INT_MIN of its width; narrow types convert through int32 and wrap;
+// unsigned 32/64 bits shift values at or above 2**31 / 2**63 down and flip the top bit back
+template <class F> RJ_DEV int32_t rj_f2i32(F x) {
+  return (x >= (F)-2147483648.0 && x < (F)2147483648.0) ? (int32_t)x : (int32_t)(-2147483647 - 1);
+}
+template <class F> RJ_DEV int64_t rj_f2i64(F x) {
+  return (x >= (F)-9.2233720368547758e18 && x < (F)9.2233720368547758e18) ? (int64_t)x : (int64_t)(-0x7fffffffffffffffLL - 1);
+}
+template <class F> RJ_DEV uint32_t rj_f2u32(F x) {
+  if (x >= (F)2147483648.0) return (uint32_t)rj_f2i32(x - (F)2147483648.0) ^ 0x80000000u;
+  return (uint32_t)rj_f2i32(x);
 }
 template <class F> RJ_DEV uint64_t rj_f2u64(F x) {
-  if (x >= (F)9.2233720368547758e18) {
-    if (x >= (F)1.8446744073709552e19) return 0xffffffffffffffffULL;
-    return (uint64_t)x;
-  }
-  return (uint64_t)rj_f2i(x);
+  if (x >= (F)9.2233720368547758e18)
+    return (uint64_t)rj_f2i64(x - (F)9.2233720368547758e18) ^ 0x8000000000000000ULL;
+  return (uint64_t)rj_f2i64(x);
 }
 
 // combining functions of reductions, with their identities

@@ -256,7 +256,9 @@ def convert(x: str, src, dst) -> str:
             return f"rj_h((float){x})"
         return f"(({cd}){x})"
     if src.kind == "f":
-        if dst == np.uint64:
-            return f"rj_f2u64({x})"
-        return f"(({cd})rj_f2i({x}))"
+        if src == np.float16 and dst == np.uint32:       # NumPy: through int64
+            return f"((uint32_t)rj_f2i64({x}))"
+        f = {8: "rj_f2u64", 4: "rj_f2u32"}.get(dst.itemsize) if dst.kind == "u" else \
+            "rj_f2i64" if dst.itemsize == 8 else None
+        return f"{f}({x})" if f else f"(({cd})rj_f2i32({x}))"
     return f"(({cd}){x})"

@@ -4,7 +4,7 @@ A renderer gets the kernel emitter (for SSA values, helper declarations and cons
 an ``Operands`` record, and returns the SSA value of the result.  NumPy's semantics are kept
 where C's differ: integer division and modulo floor (and give 0 for a zero divisor), shifts
 past the bit width give 0 (or -1), max/min propagate NaN, float-to-int conversions
-saturate.  Math functions (``scalar_math.MATH``) call libm, vectorized through libmvec.
+follow NumPy on x86-64.  Math functions (``scalar_math.MATH``) call libm, vectorized through libmvec.
 Adding an elementwise primitive that needs a new scalar instruction adds one entry here.
 """
 from __future__ import annotations
@@ -241,24 +241,50 @@ def convert(em, x: str, src, dst) -> str:
         op = "sitofp" if signed(src) else "uitofp"
         return fn.val(d, f"{op} {s} {x} to {d}")
     if is_float(src):
-        # NumPy (C on x86) converts through a wide integer and wraps: -1.0 -> uint8 255.
-        # Saturating conversions keep out-of-range values defined (C leaves them undefined).
-        intr = f"llvm.fptosi.sat.i64.{suffix(s)}"
-        em.helpers_used.add(f"declare i64 @{intr}({s})")
-        wide = fn.val("i64", f"call i64 @{intr}({s} {x})")
-        if np.dtype(dst) == np.dtype("uint64"):
-            intr_u = f"llvm.fptoui.sat.i64.{suffix(s)}"
-            em.helpers_used.add(f"declare i64 @{intr_u}({s})")
-            u = fn.val("i64", f"call i64 @{intr_u}({s} {x})")
-            big = fn.val("i1", f"fcmp oge {s} {x}, {fconst(2.0 ** 63, s)}")
-            wide = fn.val("i64", f"select i1 {big}, i64 {u}, i64 {wide}")
-        return wide if d == "i64" else fn.val(d, f"trunc i64 {wide} to {d}")
+        return _float_to_int(em, x, s, d, np.dtype(dst))
     bs, bd = BITS[s], BITS[d]
     if bs == bd:
         return x
     if bd < bs:
         return fn.val(d, f"trunc {s} {x} to {d}")
     return fn.val(d, f"{'sext' if signed(src) else 'zext'} {s} {x} to {d}")
+
+
+def _float_to_int(em, x: str, s: str, d: str, dst: np.dtype) -> str:
+    """Float -> integer as NumPy on x86-64 (C casts compiled to cvttss2si/cvttsd2si): a value
+    in range truncates; an out-of-range one or NaN gives the instruction's "indefinite
+    integer" INT_MIN of its width.  int64 and int32 convert at their width; narrower types
+    through int32 and wrap (300.0 -> uint8 44, inf -> 0); uint32/uint64 subtract 2**31 /
+    2**63 from values at or above it and flip the top bit back.  LLVM's fptosi is poison out
+    of range, so every conversion is guarded."""
+    fn = em.fn
+    if s == "half":              # NumPy converts half through float, to uint32 through int64
+        x, s = fn.val("float", f"fpext half {x} to float"), "float"
+        if dst == np.uint32:
+            return fn.val(d, f"trunc i64 {_cvtt(em, x, s, 'i64')} to {d}")
+    if dst.kind == "u" and dst.itemsize >= 4:
+        w = "i64" if dst.itemsize == 8 else "i32"
+        top = 2.0 ** (BITS[w] - 1)
+        big = fn.val("i1", f"fcmp oge {s} {x}, {fconst(top, s)}")
+        low = fn.val(s, f"fsub {s} {x}, {fconst(top, s)}")
+        y = _cvtt(em, fn.val(s, f"select i1 {big}, {s} {low}, {s} {x}"), s, w)
+        flipped = fn.val(w, f"xor {w} {y}, {-(1 << (BITS[w] - 1))}")
+        return fn.val(w, f"select i1 {big}, {w} {flipped}, {w} {y}")
+    w = "i64" if d == "i64" else "i32"
+    y = _cvtt(em, x, s, w)
+    return y if d == w else fn.val(d, f"trunc {w} {y} to {d}")
+
+
+def _cvtt(em, x: str, s: str, w: str) -> str:
+    """x86's truncating conversion to ``w``: INT_MIN of the width when out of range or NaN."""
+    fn = em.fn
+    top = 2.0 ** (BITS[w] - 1)
+    ge = fn.val("i1", f"fcmp oge {s} {x}, {fconst(-top, s)}")
+    lt = fn.val("i1", f"fcmp olt {s} {x}, {fconst(top, s)}")
+    ok = fn.val("i1", f"and i1 {ge}, {lt}")
+    safe = fn.val(s, f"select i1 {ok}, {s} {x}, {s} 0.0")
+    v = fn.val(w, f"fptosi {s} {safe} to {w}")
+    return fn.val(w, f"select i1 {ok}, {w} {v}, {w} {-(1 << (BITS[w] - 1))}")
 
 
 def floor_div_rem(em, name: str, args: list, dtype) -> str:
