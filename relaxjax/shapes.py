@@ -614,7 +614,8 @@ class SymbolicDim:
         else:
             return _as_value_op(self, other, fn.__name__, reflected)
         r = fn(o, self.expr) if reflected else fn(self.expr, o)
-        return wrap_dim(normalize(r), bounds)
+        strong = isinstance(self, NumpyIntDim) or isinstance(other, (NumpyIntDim, np.integer))
+        return (numpy_int_dim if strong else wrap_dim)(normalize(r), bounds)
 
     def __add__(self, o): return self._arith(o, _add)
     def __radd__(self, o): return self._arith(o, _add, True)
@@ -630,7 +631,8 @@ class SymbolicDim:
     def __rtruediv__(self, o): return _as_value_op(self, o, "truediv", True)
     def __pow__(self, o): return _as_value_op(self, o, "pow", False)
     def __rpow__(self, o): return _as_value_op(self, o, "pow", True)
-    def __neg__(self): return wrap_dim(normalize(-self.expr), self.bounds)
+    def __neg__(self):
+        return (numpy_int_dim if isinstance(self, NumpyIntDim) else wrap_dim)(normalize(-self.expr), self.bounds)
     def __pos__(self): return self
 
     # -- comparisons ---------------------------------------------------------------------
@@ -697,6 +699,19 @@ def _mul_(a, b): return sympy.expand(a * b)
 def wrap_dim(d: Dim, bounds: dict | None = None):
     """Internal dim -> what users see (int or SymbolicDim)."""
     return d if isinstance(d, int) else SymbolicDim(d, bounds)
+
+
+class NumpyIntDim(SymbolicDim):
+    """A dim that NumPy would hold as an ``np.int64`` scalar: the result of a NumPy function
+    (``np.abs(n)``, ``np.add(n, 1)``) or of arithmetic with one.  It is still a dim (a shape
+    may use it), but as an operand it promotes like int64, not like a Python int: ``x //
+    (np.abs(n) + 1)`` on int32 ``x`` is int64, as in NumPy."""
+    __slots__ = ()
+
+
+def numpy_int_dim(d: Dim, bounds: dict | None = None):
+    """Internal dim -> a :class:`NumpyIntDim` (or an ``np.int64`` when it is a number)."""
+    return np.int64(d) if isinstance(d, int) else NumpyIntDim(d, bounds)
 
 
 def as_dim(d: Any, what: str = "dimension") -> Dim:

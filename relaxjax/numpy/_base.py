@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from .. import lax
 from ..core import Tracer, current_trace, find_trace
 from ..ir import Literal, TensorType
-from ..shapes import ShapeEnv, SymbolicDim, current_env, wrap_dim
+from ..shapes import NumpyIntDim, ShapeEnv, SymbolicDim, current_env, wrap_dim
 
 PyScalar = (bool, int, float)
 
@@ -34,7 +34,7 @@ def env() -> ShapeEnv:
 def is_weak(x: Any) -> bool:
     if isinstance(x, Tracer):
         return x.weak_type
-    return is_python_scalar(x) or isinstance(x, SymbolicDim)
+    return is_python_scalar(x) or (isinstance(x, SymbolicDim) and not isinstance(x, NumpyIntDim))
 
 
 def arr(x: Any) -> Any:
@@ -42,7 +42,7 @@ def arr(x: Any) -> Any:
     if isinstance(x, Tracer):
         return x
     if isinstance(x, SymbolicDim):
-        return dim_tracer(x)
+        return dim_tracer(x, weak=not isinstance(x, NumpyIntDim))
     if isinstance(x, np.ndarray):
         dt.reject_masked(x)
         dt.canonical(x.dtype)
@@ -85,7 +85,7 @@ def spec(x: Any):
     if isinstance(x, Tracer):
         return dt.python_type_of(x.dtype) if x.weak_type else x.dtype
     if isinstance(x, SymbolicDim):
-        return int
+        return np.dtype("int64") if isinstance(x, NumpyIntDim) else int
     if is_python_scalar(x):
         return type(x)
     return np.asarray(x).dtype

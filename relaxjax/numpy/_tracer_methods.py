@@ -13,7 +13,7 @@ import operator
 import numpy as np
 
 from ..core import Tracer, current_trace, find_trace
-from ..shapes import SymbolicDim, set_value_op_hook
+from ..shapes import SymbolicDim, numpy_int_dim, set_value_op_hook
 from ._at import IndexUpdateHelper, inplace, setitem
 from ._indexing import getitem
 
@@ -94,15 +94,24 @@ def _dim_array_ufunc(rnp):
         arith = _DIM_ARITHMETIC.get(ufunc.__name__)
         if arith is not None and all(isinstance(a, (int, np.integer, SymbolicDim)) and
                                      not isinstance(a, (bool, np.bool_)) for a in inputs):
-            return arith(*[a if isinstance(a, SymbolicDim) else int(a) for a in inputs])
+            # NumPy gives an np.int64 scalar: a dim that promotes like one
+            r = arith(*[a if isinstance(a, SymbolicDim) else int(a) for a in inputs])
+            return numpy_int_dim(r.expr, r.bounds) if isinstance(r, SymbolicDim) else np.int64(r)
         fn = getattr(rnp, ufunc.__name__, None)
         return NotImplemented if fn is None else fn(*inputs)
     return dispatch
 
 
+def _operator(fn):
+    """The version of a NumPy function that implements a Python operator (weak operands
+    give a weak result), where it has one."""
+    return getattr(fn, "as_operator", fn)
+
+
 def _dim_value_op(rnp):
-    ops = {"truediv": rnp.true_divide, "pow": rnp.power, "_add": rnp.add, "_sub": rnp.subtract,
-           "_mul_": rnp.multiply, "floordiv": rnp.floor_divide, "mod": rnp.mod}
+    ops = {k: _operator(f) for k, f in (("truediv", rnp.true_divide), ("pow", rnp.power), ("_add", rnp.add),
+                                         ("_sub", rnp.subtract), ("_mul_", rnp.multiply),
+                                         ("floordiv", rnp.floor_divide), ("mod", rnp.mod))}
 
     def dim_value_op(dim, other, opname: str, reflected: bool):
         fn = ops.get(opname)
@@ -122,18 +131,19 @@ def install(rnp) -> None:
               "and": rnp.bitwise_and, "or": rnp.bitwise_or, "xor": rnp.bitwise_xor,
               "lshift": rnp.left_shift, "rshift": rnp.right_shift}
     for name, fn in binops.items():
+        fn = _operator(fn)
         setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
         setattr(Tracer, f"__r{name}__", lambda a, b, fn=fn: fn(b, a))
     cmps = {"lt": rnp.less, "le": rnp.less_equal, "gt": rnp.greater, "ge": rnp.greater_equal,
             "eq": rnp.equal, "ne": rnp.not_equal}
     for name, fn in cmps.items():
         setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
-    Tracer.__neg__ = lambda a: rnp.negative(a)
+    Tracer.__neg__ = lambda a: _operator(rnp.negative)(a)
     Tracer.__pos__ = lambda a: rnp.positive(a)
     # like ndarray.__pow__, x ** 2 is square (bool ** 2 -> int8, as in NumPy)
     Tracer.__pow__ = lambda a, b: rnp.square(a) if type(b) in (int, float) and b == 2 else rnp.power(a, b)
-    Tracer.__abs__ = lambda a: rnp.abs(a)
-    Tracer.__invert__ = lambda a: rnp.invert(a)
+    Tracer.__abs__ = lambda a: _operator(rnp.abs)(a)
+    Tracer.__invert__ = lambda a: _operator(rnp.invert)(a)
     Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
     Tracer.__setitem__ = setitem                 # x[i] = v rebinds x (functional update)
     Tracer.at = property(IndexUpdateHelper)      # JAX's x.at[i].set(v), .add(v), ...

@@ -46,16 +46,21 @@ def _traced_operand(args) -> bool:
 def _ufunc(np_name: str, prim, operator: bool = False):
     """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``.
 
-    The result is weak (like a Python scalar) only for functions that implement Python
-    operators (``n / 2`` with a symbolic dim ``n`` is a Python float in NumPy), applied to
-    weak traced operands.  Everything else returns a strong array, as NumPy does:
-    ``rnp.sqrt(2.0) * x_f32`` is float64, ``rnp.where(c, 1.0, 0.0)`` is a float64 array.
+    The function returns a strong array, as NumPy does: ``rnp.sqrt(2.0) * x_f32`` is float64,
+    ``rnp.abs(n) + 1`` with a dim ``n`` is int64 like ``np.abs(3) + 1``.  Functions that
+    implement Python operators also get ``fn.as_operator``, whose result stays weak (like a
+    Python scalar) for weak traced operands: ``n / 2`` with a symbolic dim ``n`` is a Python
+    float in NumPy.
     """
     def fn(*args):
-        r = prim.bind(*_promote_ufunc(np_name, args))
-        return r if operator and _traced_operand(args) else _strong(r)
+        return _strong(prim.bind(*_promote_ufunc(np_name, args)))
     fn.__name__ = np_name
     fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
+    if operator:
+        def as_operator(*args):
+            r = prim.bind(*_promote_ufunc(np_name, args))
+            return r if _traced_operand(args) else _strong(r)
+        fn.as_operator = as_operator
     return fn
 
 
