@@ -1,9 +1,12 @@
-"""Time-step loops: relaxjax's ``fori_loop`` (native on LLVM, and through the host driver)
-against the same loop in NumPy, on a quiet machine and with another process burning a core.
+"""Time-step loops: relaxjax's ``fori_loop`` and ``scan`` (native on LLVM, and through the
+host driver) against the same loop in NumPy, on a quiet machine and with another process
+burning a core.
 
 Two stencils, written as NumPy users write them (the heat equation's explicit step on a 2-D
 grid, as in NPBench's heat-3d and jacobi-2d, here in 2-D; and 1-D Jacobi), each over a small,
-a middle and a large grid.  Medians of repeated calls, after a warm-up call (the compile).
+a middle and a large grid; and a recurrence along a signal (a first-order IIR filter,
+``y[t] = a y[t-1] + (1 - a) x[t]``, a ``scan``; in NumPy a Python loop over the samples).
+Medians of repeated calls, after a warm-up call (the compile).
 
     python benchmarks/loops.py              # quiet, then busy
     python benchmarks/loops.py --no-busy
@@ -78,7 +81,7 @@ def run(label: str) -> list:
             t_np = _median(lambda: numpy_loop(step)(a, t))
             t_nat = _median(lambda: native(a, k))
             plan = native_loop.NativeLoop.plan
-            native_loop.NativeLoop.plan = staticmethod(lambda b, body: None)
+            native_loop.NativeLoop.plan = staticmethod(lambda *a: None)
             try:
                 hosted_fresh = rj.jit(relaxjax_loop(step))
                 t_host = _median(lambda: hosted_fresh(a, k))
@@ -89,18 +92,55 @@ def run(label: str) -> list:
     return rows
 
 
+def iir_numpy(x, a):
+    y, prev = np.empty_like(x), 0.0
+    for t in range(x.shape[0]):
+        prev = a * prev + (1.0 - a) * x[t]
+        y[t] = prev
+    return y
+
+
+def iir_relaxjax(x, a):
+    def step(prev, xt):
+        new = a * prev + (1.0 - a) * xt
+        return new, new
+    return lax.scan(step, 0.0, x)[1]
+
+
+def run_scan(label: str) -> list:
+    rows = []
+    native = rj.jit(iir_relaxjax)
+    for n in (1000, 100_000, 1_000_000):
+        x = np.random.default_rng(0).random(n)
+        want = iir_numpy(x[:20000], 0.9)
+        assert np.allclose(native(x, 0.9)[:20000], want)
+        # (NumPy's Python loop timed on at most 20 000 samples, per sample)
+        m = min(n, 20000)
+        t_np = _median(lambda: iir_numpy(x[:m], 0.9), reps=3) / m
+        t_nat = _median(lambda: native(x, 0.9)) / n
+        plan = native_loop.NativeLoop.plan
+        native_loop.NativeLoop.plan = staticmethod(lambda *a: None)
+        try:
+            hosted = rj.jit(iir_relaxjax)
+            t_host = _median(lambda: hosted(x[:m], 0.9), reps=3) / m
+        finally:
+            native_loop.NativeLoop.plan = plan
+        rows.append((label, "IIR filter (scan)", str(n), n, t_np * 1e6, t_nat * 1e6, t_host * 1e6, t_np / t_nat))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-busy", action="store_true")
     args = ap.parse_args()
-    rows = run("quiet")
+    rows = run("quiet") + run_scan("quiet")
     if not args.no_busy:
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
         p = ctx.Process(target=_burn, args=(stop,), daemon=True)
         p.start()
         try:
-            rows += run("busy")
+            rows += run("busy") + run_scan("busy")
         finally:
             stop.set()
             p.join(5)
@@ -109,7 +149,7 @@ def main() -> None:
           "relaxjax host-driven us/step | NumPy / native |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.1f} | {r[5]:.1f} | {r[6]:.1f} | {r[7]:.2f}x |")
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3g} | {r[5]:.3g} | {r[6]:.3g} | {r[7]:.3g}x |")
 
 
 if __name__ == "__main__":
