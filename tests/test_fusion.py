@@ -20,7 +20,7 @@ from relaxjax.compile.legalize import legalize
 from relaxjax.compile import dead_code_elimination, default_pipeline
 from relaxjax.tir import PrimFunc
 
-from helpers import BACKENDS, SIZES
+from helpers import BACKENDS, SIZES, assert_same
 
 S = rj.ShapeDtypeStruct
 F32 = "float32"
@@ -276,3 +276,25 @@ def test_layout_consumers_inline_producers_of_another_count():
             np.testing.assert_allclose(f(a), fn(np, a), rtol=1e-12)
     text = optimized(lambda x, b: x + rnp.exp(b), S(("n", 8), F32), S((8,), F32))
     assert calls(text)["call_tir"] == 2
+
+
+@pytest.mark.parametrize("length", [63, 64, 65, 300, 1500])
+def test_long_elementwise_chains_fuse_in_bounded_programs(length):
+    """A chain of hundreds of elementwise ops (a generated model, an unrolled recurrence)
+    compiles without exhausting Python's recursion limit: fused programs are cut every
+    MAX_FUSED_DEPTH bindings, and the numbers are NumPy's."""
+    from relaxjax.compile.fuse import MAX_FUSED_DEPTH
+
+    def f(x):
+        for i in range(length):
+            x = x * 1.0001 + 0.5 if i % 2 else rnp.tanh(x) - 0.1
+        return x
+    x = np.linspace(-2.0, 2.0, 7)
+    want = x
+    for i in range(length):
+        want = want * 1.0001 + 0.5 if i % 2 else np.tanh(want) - 0.1
+    jf = rj.jit(f)
+    assert_same(jf(x), want, rtol=1e-12, atol=1e-12)
+    programs = jf.lower(x).compile().as_text("optimized").count("call_tir(")
+    # 2 bindings per op: one program per MAX_FUSED_DEPTH of them
+    assert programs == -(-2 * length // MAX_FUSED_DEPTH), programs

@@ -60,6 +60,11 @@ def op_pattern(b: Binding) -> str:
 # recompute its operand for every copy).
 READ_ONCE = {"concatenate", "pad", "slice", "update_slice", "dynamic_update_slice", "transpose",
              "reshape"}
+# The longest chain of bindings one fused program computes: its expression is built (and
+# emitted) recursively, one level per binding, so a longer chain (a 300-op elementwise
+# chain) would exhaust Python's recursion limit; it splits into programs of at most this
+# many levels, with one stored intermediate between them.
+MAX_FUSED_DEPTH = 64
 
 
 class _Group:
@@ -76,6 +81,7 @@ class _Group:
         # where a chain (an update of an update, each reading its input at two places) would
         # grow its expression exponentially
         self.reshaped = False
+        self.depth = 0                # the longest chain of members (see MAX_FUSED_DEPTH)
 
 
 class _Fuser:
@@ -85,6 +91,12 @@ class _Fuser:
         self.groups: list[_Group] = []
         self.group_of: dict = {}      # Var -> group id
         self.uses = _uses(fn)
+        self.depth: dict = {}         # Var -> its chain length within its group
+
+    def chain(self, g: _Group, b: Binding) -> int:
+        """The chain length of ``b`` computed in group ``g``."""
+        return 1 + max((self.depth.get(a, 0) for a in b.args
+                        if isinstance(a, Var) and self.group_of.get(a) == g.id), default=0)
 
     def equal(self, a, b) -> bool:
         return self.env.try_prove("==", a, b) is True
@@ -195,6 +207,7 @@ class _Fuser:
 
     def merge(self, g: _Group, h: _Group) -> None:
         g.members = sorted(g.members + h.members)
+        g.depth += h.depth            # (a bound: h's chains may feed g's)
         g.deps = (g.deps | h.deps) - {g.id, h.id}
         for x in self.groups:
             if h.id in x.deps:
@@ -224,7 +237,8 @@ class _Fuser:
                 for gid in order:
                     g = self.groups[gid]
                     others = [h for h in producers if h != gid]
-                    if self.fits(g, b, pattern, index) and not any(self.reaches(gid, h) for h in others):
+                    if self.chain(g, b) <= MAX_FUSED_DEPTH and self.fits(g, b, pattern, index) and \
+                            not any(self.reaches(gid, h) for h in others):
                         target = g
                         break
             if target is None:
@@ -245,13 +259,17 @@ class _Fuser:
                 producers = [self.canonical(h) for h in producers]
                 for h in producers:          # sibling row-wise groups over the same rows,
                     # or elementwise siblings of one count (the shifted slices of a stencil)
-                    if h != target.id and (self.mergeable(target, self.groups[h]) or
-                                           self.siblings(target, self.groups[h], index)):
+                    if h != target.id and target.depth + self.groups[h].depth <= MAX_FUSED_DEPTH and \
+                            (self.mergeable(target, self.groups[h]) or
+                             self.siblings(target, self.groups[h], index)):
                         self.merge(target, self.groups[h])
                 producers = [self.canonical(h) for h in producers]
             target.deps.update(h for h in producers if h != target.id)
+            d = self.chain(target, b)
+            target.depth = max(target.depth, d)
             for v in b.outvars:
                 self.group_of[v] = target.id
+                self.depth[v] = d
         return self.groups
 
 
