@@ -93,14 +93,17 @@ def campaign(n_programs: int, seed: int = 0, out: str = "fuzz-failures", chunk: 
         with open(current, "w") as fh:          # survives a crash of the process
             fh.write(str(prog) + "\n")
 
+    def on_feature_case(case):
+        kinds[0] += 1
+        on_program(case)
+
     k = 0
     while count[0] < n_programs and (time_limit is None or time.time() - t0 < time_limit):
         todo = min(chunk, n_programs - count[0])
         before = count[0]
         try:
             if features and k % 2 == 1:
-                kinds[0] += todo
-                fuzz_features(todo, seed=seed + k, on_case=on_program)
+                fuzz_features(todo, seed=seed + k, on_case=on_feature_case)
             else:
                 fuzz(todo, seed=seed + k, max_ops=max_ops, on_program=on_program, shrink=shrink,
                      minimize_s=minimize_s)
