@@ -121,6 +121,8 @@ class TraceContext:
     def atom(self, x: Any):
         """Operand -> IR atom: a Var for our tracers, a Literal for constants and dims."""
         if isinstance(x, Tracer):
+            if x.stale is not None:
+                raise ValueError(x.stale[1])
             if x.ctx is not self and x.ctx.alive and self._encloses(x.ctx):
                 return self._capture(x)
             if x.ctx is not self:
@@ -329,14 +331,18 @@ class Tracer:
     ``atom`` is the IR value the tracer stands for now: ``x[i] = v`` rebinds it (the update
     is functional, the name sees the new value).  ``view_of`` holds weak references to the
     tracers this one is a view of (basic indexing, reshape, transpose), so that writing
-    into a view whose base is still alive can be refused."""
-    __slots__ = ("ctx", "atom", "view_of", "__weakref__")
+    into a view whose base is still alive can be refused.  ``stale`` is set on such a base
+    when ``view op= value`` wrote into the view (NumPy would have changed the base too): the
+    pending value, and the message a later use of the base raises -- unless that value is
+    stored back into it at once, as Python does for ``x[i] += v``."""
+    __slots__ = ("ctx", "atom", "view_of", "stale", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, ctx: TraceContext, atom):
         self.ctx = ctx
         self.atom = atom
         self.view_of = ()
+        self.stale = None
 
     @property
     def type(self) -> TensorType:

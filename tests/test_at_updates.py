@@ -252,6 +252,40 @@ def test_writing_through_a_view_is_an_error():
     assert_same(rj.jit(lambda x: _write_row(x[0].copy()))(x), np.array([9.0, 1, 1, 1]))
 
 
+@pytest.mark.parametrize("op", ["+=", "-=", "*=", "/="])
+def test_augmented_assignment_through_a_view(op):
+    """``row = x[i]; row += v`` changes ``x`` in NumPy: using ``x`` afterwards is an error
+    that says so; ``x[i] += v`` (which Python stores back) and a view whose base is not used
+    again give NumPy's results."""
+    x = np.arange(12.0).reshape(3, 4) + 1.0
+
+    def aug(a, b):
+        ns = {"a": a, "b": b}
+        exec(f"a {op} b", ns)                   # noqa: S102 (the operator under test)
+        return ns["a"]
+
+    def store_back(x):
+        x[1] = aug(x[1], 2.0)                   # what x[1] op= 2.0 does
+        return x
+
+    def view_only(x):
+        row = x[2]
+        return aug(row, 2.0)
+
+    def base_used(x):
+        row = x[2]
+        row = aug(row, 2.0)
+        return x.sum() + row
+
+    want = x.copy()
+    want[1] = aug(want[1], 2.0)
+    for b in BACKENDS:
+        assert_same(rj.jit(store_back, backend=b)(x), want)
+        assert_same(rj.jit(view_only, backend=b)(x), aug(x[2].copy(), 2.0))
+        with pytest.raises(ValueError, match=r"used after an in-place .* wrote into a view of it"):
+            rj.jit(base_used, backend=b)(x)
+
+
 def _row_write(x):
     row = x[1]
     row[0] = 1.0

@@ -275,6 +275,8 @@ def _check_local(x: Tracer, what: str) -> None:
 
 def setitem(x: Tracer, idx, v) -> None:
     """``x[idx] = v`` on a traced array: ``x`` is rebound to the updated value."""
+    if x.stale is not None and x.stale[0] is v:
+        x.stale = None              # x[i] += v: the view's new value is stored back
     _check_local(x, "x[...] = value")
     _check_writable(x, "x[...] = value")
     new = update(x, idx, v, "set", numpy_semantics=True)
@@ -300,8 +302,17 @@ def inplace(name: str):
         if tuple(shape(r)) != tuple(shape(self)):
             raise ShapeError(f"non-broadcastable output operand with shape {_fmt(shape(self))} "
                              f"doesn't match the broadcast shape {_fmt(shape(r))}")
-        if live_bases(self):
-            return r if r is not self else Tracer(self.ctx, self.atom)
+        bases = live_bases(self)
+        if bases:
+            new = r if r is not self else Tracer(self.ctx, self.atom)
+            for base in bases:      # until new is stored back into it (x[i] += v does)
+                base.stale = (new, (
+                    f"an array {base.type} is used after an in-place {name} wrote into a view of it "
+                    f"({self.type}, from basic indexing, reshape, transpose, ...; e.g. row = "
+                    f"x[i]; row += v): NumPy changed that array too, which a traced value cannot "
+                    f"do. Write into the array itself (x[i] += v), or take a copy first "
+                    f"(row = x[i].copy())"))
+            return new
         if r.weak_type != self.weak_type:
             r = lax.convert.bind(r, dtype=self.dtype, weak=self.weak_type)
         self.atom = r.atom
