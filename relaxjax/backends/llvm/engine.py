@@ -59,6 +59,17 @@ _NATIVE_FAILED: list = []  # the error that made shared libraries unusable in th
 log = logging.getLogger("relaxjax.llvm")
 
 
+def _serial_after_fork() -> None:
+    """In a child made by ``fork`` after the parent ran an OpenMP team: libgomp's thread
+    pool is not fork-safe (the child's first ``GOMP_parallel`` waits forever for workers
+    that were not copied), so the child runs every kernel on its calling thread, through
+    the busy-machine rule's flag, which no team in the child will ever lower."""
+    _set_global("rj_serial_until", (1 << 63) - 1)
+
+
+os.register_at_fork(after_in_child=_serial_after_fork)
+
+
 def set_num_threads(n: int) -> None:
     """Threads for parallel loops (0: OpenMP's default, one per core)."""
     _set_global("rj_num_threads", int(n))
@@ -153,30 +164,20 @@ class SharedModule:
         self._optimized = None
         parts = cache_key_parts(text)
         self.lib = None
-        path = cache.get_path("llvm", parts, ".so")
-        if path is not None:
+        data = cache.get("llvm", parts, ".so")
+        if data is not None:
             try:
-                self.lib = ctypes.CDLL(path, mode=mode)
+                self.lib = _load_private(data, mode)
             except OSError as e:      # valid file, but not loadable here: rebuild it
-                log.warning("relaxjax: cannot load cached %s (%s); compiling again", path, e)
+                log.warning("relaxjax: cannot load a cached library (%s); compiling again", e)
         self.from_cache = self.lib is not None
         if self.lib is None:
             tm = target.pic_target_machine()
             mod = _optimize(text, tm)
             self._optimized = str(mod)
             data = target.link_shared(tm.emit_object(mod))
-            path = cache.put("llvm", parts, data, ".so")
-            if path is not None:
-                self.lib = ctypes.CDLL(path, mode=mode)
-            else:                     # cache not writable: load a private copy
-                fd, path = tempfile.mkstemp(prefix="relaxjax-", suffix=".so")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    self.lib = ctypes.CDLL(path, mode=mode)
-                finally:
-                    os.unlink(path)
-        self.path = path
+            cache.put("llvm", parts, data, ".so")
+            self.lib = _load_private(data, mode)
         self.functions = {n: _SEGMENT(self.address(n)) for n in entry_names}
 
     def address(self, name: str) -> int:
@@ -193,6 +194,31 @@ class SharedModule:
     def assembly(self) -> str:
         with _LOCK:
             return target.pic_target_machine().emit_assembly(llvm.parse_assembly(self.optimized))
+
+
+def _load_private(data: bytes, mode: int) -> ctypes.CDLL:
+    """``dlopen`` a private copy of a shared library, unlinked once loaded: the cache entry
+    is shared with other processes, and one that truncates or rewrites it in place would
+    pull the pages from under code mapped from it (SIGBUS at the next call).  The copy goes
+    next to the cache entries (a file system known to allow executable mappings), else to
+    the temporary directory."""
+    dirs = [str(cache.cache_dir() / "llvm"), tempfile.gettempdir()]
+    err: OSError | None = None
+    for d in dirs:
+        try:
+            fd, path = tempfile.mkstemp(prefix=cache.TMP_PREFIX + "load-", suffix=".so", dir=d)
+        except OSError as e:
+            err = e
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return ctypes.CDLL(path, mode=mode)
+        except OSError as e:
+            err = e
+        finally:
+            os.unlink(path)
+    raise err
 
 
 def cache_key_parts(text: str) -> tuple:

@@ -1,0 +1,134 @@
+"""Issue 16, the runtime layer: nothing wrong, nothing lost, nothing crashes.  Each test is
+a fault that once gave a wrong answer, a crash or a hang: compiled code indexing with data,
+reductions without identity over a dim that is empty at run time, library callbacks
+re-registered or re-entering, fork after a parallel kernel, and cache files changed under a
+running process.  Faults that crash or hang run in a subprocess with a timeout, so a
+regression fails its test instead of the suite."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import relaxjax as rj
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, cache_dir=None, timeout: float = 60, limit_memory: bool = False):
+    """Run ``code`` in a fresh interpreter (its own cache directory when given); returns the
+    CompletedProcess.  ``limit_memory`` caps the address space at 8 GiB, so code that reads
+    without end fails instead of exhausting the machine."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RELAXJAX_CACHE", None)
+    if cache_dir is not None:
+        env["RELAXJAX_CACHE_DIR"] = str(cache_dir)
+
+    def cap():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=cap if limit_memory else None)
+
+
+def cache_entries(cache_dir) -> list:
+    return sorted(p for p in Path(cache_dir).glob("*/*") if not p.name.startswith("."))
+
+
+# A parallel-sized elementwise function: compiles to a shared library in the cache
+PARALLEL_SCRIPT = """
+import numpy as np, relaxjax as rj
+f = rj.jit(lambda x: x * 2.0 + 1.0)
+x = np.arange(1 << 18, dtype=np.float32)
+from relaxjax.backends.llvm import engine
+engine._set_global("rj_serial_until", 0)    # (a busy machine may have paused the team)
+"""
+
+
+# -- fork after a parallel kernel (issue 16, item 10) --------------------------------------
+def test_forked_child_runs_kernels_after_the_parent_ran_a_parallel_one():
+    r = run_python(PARALLEL_SCRIPT + """
+import os
+assert f(x)[3] == 7.0                      # the parent's OpenMP team is running now
+engine._set_global("rj_serial_until", 0)    # (the child must not inherit a busy pause)
+pid = os.fork()
+if pid == 0:
+    ok = float(f(x + 1.0)[5]) == 13.0 and float(f(x)[-1]) == 2.0 * x[-1] + 1.0
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+""", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "0"
+
+
+def test_multiprocessing_pool_with_fork_computes_after_a_parallel_kernel():
+    r = run_python(PARALLEL_SCRIPT + """
+import multiprocessing as mp
+def work(k):
+    return float(f(x + k)[1])
+f(x)
+engine._set_global("rj_serial_until", 0)
+with mp.get_context("fork").Pool(2) as pool:
+    print(pool.map(work, [0, 1, 2]))
+""", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[-2] == "[3.0, 5.0, 7.0]"
+
+
+# -- cache files changed under a process (items 11 and 12) ---------------------------------
+def test_cache_file_truncated_in_place_does_not_crash_a_loaded_function(tmp_path):
+    r = run_python(PARALLEL_SCRIPT + f"""
+import os, glob
+assert f(x)[2] == 5.0
+for p in glob.glob({str(tmp_path)!r} + "/*/*"):
+    os.truncate(p, 0)                       # another process empties the entries in place
+print(float(f(x)[4]), float(f(x[:100])[99]))
+""", cache_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["9.0", "199.0"]
+
+
+def _populate(cache_dir) -> list:
+    r = run_python(PARALLEL_SCRIPT + "print(float(f(x)[1]))", cache_dir=cache_dir)
+    assert r.returncode == 0 and r.stdout.split() == ["3.0"], r.stderr
+    paths = cache_entries(cache_dir)
+    assert paths
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_cache_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, kind):
+    for p in _populate(tmp_path):
+        p.unlink()
+        if kind == "fifo":
+            os.mkfifo(p)
+        else:
+            p.symlink_to("/dev/zero")
+    r = run_python(PARALLEL_SCRIPT + "print(float(f(x)[1]))", cache_dir=tmp_path,
+                   timeout=60, limit_memory=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3.0"]
+
+
+def test_cache_read_refuses_special_files_and_oversized_entries(tmp_path, monkeypatch):
+    from relaxjax import cache
+    monkeypatch.setenv("RELAXJAX_CACHE_DIR", str(tmp_path))
+    parts = ("text",)
+    path = Path(cache.put("llvm", parts, b"payload", ".so"))
+    assert cache.get("llvm", parts, ".so") == b"payload"
+    monkeypatch.setattr(cache, "MAX_ENTRY_BYTES", 8)
+    assert cache.get("llvm", parts, ".so") is None           # larger than the limit
+    monkeypatch.undo()
+    monkeypatch.setenv("RELAXJAX_CACHE_DIR", str(tmp_path))
+    path.unlink()
+    os.mkfifo(path)
+    assert cache.get("llvm", parts, ".so") is None           # and returns at once
+    assert cache.put("llvm", parts, b"again", ".so") == str(path)
+    assert cache.get("llvm", parts, ".so") == b"again"
