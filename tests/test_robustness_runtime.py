@@ -132,3 +132,53 @@ def test_cache_read_refuses_special_files_and_oversized_entries(tmp_path, monkey
     assert cache.get("llvm", parts, ".so") is None           # and returns at once
     assert cache.put("llvm", parts, b"again", ".so") == str(path)
     assert cache.get("llvm", parts, ".so") == b"again"
+
+
+# -- reductions without identity over an axis empty at run time (item 6) -------------------
+import relaxjax.numpy as rnp                                    # noqa: E402
+
+RUN_BACKENDS = ["llvm", "numpy", "cuda-emulated"]
+NO_IDENTITY = [
+    (lambda x: x[x > 0].max(), lambda x: x[x > 0].max()),
+    (lambda x: x[x > 0].min(), lambda x: x[x > 0].min()),
+    (lambda x: rnp.argmax(x[x > 0]), lambda x: np.argmax(x[x > 0])),
+    (lambda x: rnp.argmin(x[x > 0]), lambda x: np.argmin(x[x > 0])),
+    (lambda x: rnp.max(rnp.exp(x[x > 0]) * 2.0), lambda x: np.max(np.exp(x[x > 0]) * 2.0)),  # fused
+    (lambda x: rnp.min(x[x > 0].reshape(-1, 1) + 1.0, axis=0), lambda x: np.min(x[x > 0].reshape(-1, 1) + 1.0, axis=0)),
+]
+
+
+def _outcome(fn, *args):
+    try:
+        return np.asarray(fn(*args))
+    except ValueError as e:
+        return ("ValueError", str(e))
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+@pytest.mark.parametrize("k", range(len(NO_IDENTITY)))
+def test_reduction_without_identity_over_a_data_dependent_empty_axis_raises(backend, k):
+    fn, ref = NO_IDENTITY[k]
+    f = rj.jit(fn, backend=backend)
+    for x in (np.array([3.0, -1.0, 5.0, 2.0]), -np.ones(4), np.array([0.5, -2.0])):
+        want, got = _outcome(ref, x), _outcome(f, x)
+        if isinstance(want, tuple):
+            assert got == want
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+def test_reduction_over_a_dim_declared_possibly_empty_raises_at_zero(backend):
+    p = rj.dim("p", min=0)
+    for name in ("max", "min", "argmax", "argmin"):
+        f = rj.jit(getattr(rnp, name), backend=backend, shapes=[rj.ShapeDtypeStruct((p,), "float64")])
+        assert f(np.array([2.0, 7.0, 1.0])) == getattr(np, name)(np.array([2.0, 7.0, 1.0]))
+        with pytest.raises(ValueError) as got:
+            f(np.ones(0))
+        with pytest.raises(ValueError) as want:
+            getattr(np, name)(np.ones(0))
+        assert str(got.value) == str(want.value)
+    g = rj.jit(lambda x: rnp.max(x, axis=1), backend=backend,
+               shapes=[rj.ShapeDtypeStruct((p, 3), "float64")])
+    assert g(np.ones((0, 3))).shape == (0,)                   # the reduced axis is not empty

@@ -26,7 +26,7 @@ from .. import tir
 from ..tir.analysis import inline_primfunc, perfect_nest
 from ..library import LibraryFunc
 from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, default_loop_kinds,
-                       elementwise_rule, reindex, scalar_literal_expr)
+                       elementwise_rule, nonempty_checks, reindex, scalar_literal_expr)
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
@@ -223,6 +223,7 @@ class _Builder:
         axes = tuple(sorted(reds[0].params["axes"]))
         kept = tuple(d for a, d in enumerate(full) if a not in axes)
         for r in reds:
+            self.host_checks += nonempty_checks(r.callee.name, full, axes)
             if r.callee.name not in REDUCERS or tuple(sorted(r.params["axes"])) != axes or \
                     not self.env.same_shape(r.args[0].type.shape, full):
                 raise FusionError("the reductions of a group must share input shape and axes")

@@ -353,15 +353,23 @@ def run_primfunc(f: PrimFunc, arrays: list, dims: dict | None = None) -> None:
     compile_primfunc(f)(arrays, dims)
 
 
-def check_host(f: PrimFunc, args: list, D: dict, eval_dim: Callable) -> None:
+def check_host(f: PrimFunc, args, D: dict, eval_dim: Callable) -> None:
     """The run-time checks a caller makes before calling ``f`` (``f.host_checks``), as NumPy
-    reports them: gather indices out of range raise IndexError."""
+    reports them: gather indices out of range raise IndexError, a reduction without
+    identity over an empty axis ValueError.  ``args`` are the call's arguments: a list, or
+    a function of the position (a backend that must fetch them from a device)."""
+    arg = args if callable(args) else args.__getitem__
     for check in f.host_checks:
         kind, pos, size, axis = check
+        n = eval_dim(size, D)
+        if kind == "nonempty":          # pos: the reduction's name in NumPy's message
+            if n == 0:
+                raise ValueError(f"attempt to get {pos} of an empty sequence" if pos.startswith("arg")
+                                 else f"zero-size array to reduction operation {pos} which has no identity")
+            continue
         if kind != "index_range":
             raise NotImplementedError(f"host check {kind!r}")
-        idx = np.asarray(args[pos])
-        n = eval_dim(size, D)
+        idx = np.asarray(arg(pos))
         if idx.size:
             lo, hi = idx.min(), idx.max()
             if lo < -n or hi >= n:

@@ -19,6 +19,7 @@ from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
 from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
+from ...lax.tir_interp import check_host
 from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from .codegen import emit_cuda
@@ -206,12 +207,7 @@ class CudaExecutable(Executable):
         return run
 
     def _host_checks(self, b: Binding, D: dict, env: dict) -> None:
-        for kind, pos, size, axis in b.callee.host_checks:
-            idx = self.device.to_host(self._value(b.args[pos], env))
-            n = eval_dim(size, D)
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                bad = idx.min() if idx.min() < -n else idx.max()
-                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+        check_host(b.callee, lambda pos: self.device.to_host(self._value(b.args[pos], env)), D, eval_dim)
 
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, dims: dict, arrays: list) -> list:

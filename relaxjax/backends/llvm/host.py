@@ -21,8 +21,8 @@ from .irtypes import llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
-# a segment's status for a gather index out of range (below it: the call's position + 1
-# << 32, as for a failing library call)
+# a segment's status for a failing host check, such as a gather index out of range (below
+# it: the call's position + 1 << 32, as for a failing library call)
 INDEX_ERROR = 1 << 62
 
 # CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
@@ -87,7 +87,7 @@ class SegmentEmitter(KernelEmitter):
         for k, b in enumerate(self.seg.calls):
             if b.kind == "tir":
                 if b.callee.host_checks:
-                    self._index_checks(b, k)
+                    self._host_checks(b, k)
                 self._call_tir(b)
             elif b.callee.name in GEMMS:
                 self._gemm(b)
@@ -106,12 +106,20 @@ class SegmentEmitter(KernelEmitter):
         data = fn.val("ptr", f"load ptr, ptr {p}")
         return fn.val("i64", f"ptrtoint ptr {data} to i64")
 
-    def _index_checks(self, b: Binding, k: int) -> None:
-        """A call's ``host_checks`` (gather indices read from data, each in [-n, n)) made
-        natively before it: a failing one returns ``INDEX_ERROR | (k + 1) << 32`` and the
-        runtime raises NumPy's IndexError from the buffers."""
+    def _host_checks(self, b: Binding, k: int) -> None:
+        """A call's ``host_checks`` made natively before it (gather indices read from data,
+        each in [-n, n); reduced axes not empty): a failing one returns
+        ``INDEX_ERROR | (k + 1) << 32`` and the runtime raises NumPy's error from the buffers."""
         fn = self.fn
         for kind, pos, size, axis in b.callee.host_checks:
+            if kind == "nonempty":
+                empty = fn.val("i1", f"icmp eq i64 {self._expr(from_sympy(size))}, 0")
+                bad, ok = fn.label("nonempty"), fn.label("nonemptyok")
+                fn.emit(f"br i1 {empty}, label %{bad}, label %{ok}")
+                fn.start_block(bad)
+                fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
+                fn.start_block(ok)
+                continue
             v = b.args[pos]
             ity = llty(v.type.dtype)
             ext = "zext" if v.type.dtype.kind == "u" else "sext"

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
+from ...lax.tir_interp import check_host
 from ...library import BUILTIN, lookup
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
@@ -232,14 +233,10 @@ class LLVMExecutable(Executable):
         }
         return out
 
-    def _check_indices(self, b: Binding, bufs: list, D: dict) -> None:
-        """NumPy's IndexError for a gather index out of range (the message names it)."""
-        for kind, pos, size, axis in b.callee.host_checks:
-            idx = bufs[self.slot_of[b.args[pos]]]
-            n = _eval(size, D)
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                bad = idx.min() if idx.min() < -n else idx.max()
-                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    def _check_host(self, b: Binding, bufs: list, D: dict) -> None:
+        """NumPy's error for a failing host check: a gather index out of range (IndexError,
+        naming it), an empty axis of a reduction without identity (ValueError)."""
+        check_host(b.callee, lambda pos: bufs[self.slot_of[b.args[pos]]], D, _eval)
 
     def _library_call(self, step: int, bufs: list, D: dict) -> None:
         """A library call with a Python cpu implementation: ``f(*inputs, *outputs)``."""
@@ -255,7 +252,7 @@ class LLVMExecutable(Executable):
         range: raise its error."""
         b: Binding = self.steps[step].calls[((r & ~INDEX_ERROR) >> 32) - 1]
         if r & INDEX_ERROR:
-            self._check_indices(b, list(bufs), D)     # names the index, axis and size
+            self._check_host(b, list(bufs), D)     # names the index, axis and size
             # (a native loop's failing iteration read another carry than the buffers given)
             raise IndexError(f"an index is out of bounds in {b.callee.name}")
         status = ctypes.c_int32(r & 0xFFFFFFFF).value
