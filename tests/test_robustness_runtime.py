@@ -182,3 +182,72 @@ def test_reduction_over_a_dim_declared_possibly_empty_raises_at_zero(backend):
     g = rj.jit(lambda x: rnp.max(x, axis=1), backend=backend,
                shapes=[rj.ShapeDtypeStruct((p, 3), "float64")])
     assert g(np.ones((0, 3))).shape == (0,)                   # the reduced axis is not empty
+
+
+# -- library callbacks: re-registered (item 8), re-entered (item 9) ------------------------
+def test_reregistering_a_native_library_function_keeps_compiled_code_safe():
+    r = run_python("""
+import ctypes, gc, numpy as np, relaxjax as rj
+from relaxjax.library import NATIVE_SIGNATURE
+
+def native(add):
+    def fn(data, shapes, ndims, nargs):
+        n = shapes[0]
+        x = (ctypes.c_double * n).from_address(data[0])
+        out = (ctypes.c_double * n).from_address(data[1])
+        for i in range(n):
+            out[i] = x[i] + add
+        return 0
+    return NATIVE_SIGNATURE(fn)
+
+rj.register_library("rt.addk", cpu=native(1.0), num_outputs=1)
+f = rj.jit(lambda x: rj.call_library("rt.addk", x * 1.0, out=rj.ShapeDtypeStruct(x.shape, x.dtype)),
+           backend="llvm")
+x = np.arange(5.0)
+assert (f(x) == x + 1).all()
+rj.register_library("rt.addk", cpu=native(2.0), num_outputs=1)
+for _ in range(3):
+    gc.collect()
+    junk = [NATIVE_SIGNATURE(lambda *a: 7) for _ in range(50)]    # reuse freed memory
+old = f(x)
+g = rj.jit(lambda x: rj.call_library("rt.addk", x * 1.0, out=rj.ShapeDtypeStruct(x.shape, x.dtype)),
+           backend="llvm")
+print(old.tolist(), g(x).tolist())
+""")
+    assert r.returncode == 0, r.stderr
+    old, new = r.stdout.strip().split("] [")
+    # compiled code keeps calling the implementation it was compiled with (see register_library)
+    assert old == "[1.0, 2.0, 3.0, 4.0, 5.0" and new == "2.0, 3.0, 4.0, 5.0, 6.0]"
+
+
+@pytest.mark.parametrize("backend", ["llvm", "numpy"])
+def test_function_with_bounded_dims_reentered_from_its_library_callback(backend):
+    n = rj.dim("n", max=64)
+    depth = []
+
+    def callback(a, out):
+        if not depth:                     # once: the same function again, on other data
+            depth.append(1)
+            inner = f(np.full(a.shape, 3.0))
+            out[...] = a + inner
+            depth.pop()
+        else:
+            out[...] = a
+
+    name = f"rt.reenter.{backend}"
+    rj.register_library(name, cpu=callback, num_outputs=1)
+
+    def body(x):
+        a = rnp.exp(x) * 2.0                                   # an intermediate in the workspace
+        b = rj.call_library(name, a, out=rj.ShapeDtypeStruct(x.shape, x.dtype))
+        return rnp.sin(a) * b + a                              # read after the callback
+
+    f = rj.jit(body, backend=backend, shapes=[rj.ShapeDtypeStruct((n,), "float64")])
+    x = np.linspace(-1.0, 1.0, 16)
+
+    def ref(x, nested):
+        a = np.exp(x) * 2.0
+        b = a + ref(np.full(x.shape, 3.0), False) if nested else a
+        return np.sin(a) * b + a
+    for _ in range(2):
+        np.testing.assert_allclose(f(x), ref(x, True), rtol=1e-12)
