@@ -251,3 +251,57 @@ def test_function_with_bounded_dims_reentered_from_its_library_callback(backend)
         return np.sin(a) * b + a
     for _ in range(2):
         np.testing.assert_allclose(f(x), ref(x, True), rtol=1e-12)
+
+
+# -- user kernels indexing with data (item 4) ----------------------------------------------
+S = rj.ShapeDtypeStruct
+
+
+@rj.kernel
+def scatter_k(idx: rj.Buffer[("n",), "int64"], v: rj.Buffer[("n",), "float32"],
+              out: rj.Buffer[("k",), "float32"]):
+    for b in range(out.shape[0]):
+        out[b] = 0.0
+    for i in range(idx.shape[0]):
+        out[idx[i]] = v[i]
+
+
+@rj.kernel
+def gather_k(x: rj.Buffer[("k", "m"), "float32"], idx: rj.Buffer[("n",), "int32"],
+             out: rj.Buffer[("n", "m"), "float32"]):
+    for i, j in rj.grid(idx.shape[0], x.shape[1]):
+        r = idx[i] + 0                    # through a local
+        out[i, j] = x[r, j] * 2.0
+
+
+KERNEL_CASES = {
+    "scatter": (lambda i, v: rj.call_tir(scatter_k, i, v, out=S((8,), "float32")),
+                lambda bad, n: (np.array(bad, np.int64), np.ones(len(bad), np.float32))),
+    "gather": (lambda x, i: rj.call_tir(gather_k, x, i, out=S((i.shape[0], x.shape[1]), "float32")),
+               lambda bad, n: (np.arange(8 * 3, dtype=np.float32).reshape(8, 3),
+                               np.resize(np.array(bad, np.int32), n))),
+}
+
+
+def _raised(fn, *args):
+    try:
+        return ("ok", np.asarray(fn(*args)).tolist())
+    except IndexError as e:
+        return ("IndexError", str(e))
+
+
+@pytest.mark.parametrize("backend", ["llvm", "cuda-emulated"])
+@pytest.mark.parametrize("case", sorted(KERNEL_CASES))
+def test_kernel_index_read_from_data_is_checked(backend, case):
+    fn, make = KERNEL_CASES[case]
+    f = rj.jit(fn, backend=backend)
+    for bad, n in (([1, 3, 5], 3), ([1, 8, 2], 3), ([0, -1, 2], 3), ([2, 1 << 40, 0], 3),
+                   ([7, 9], 1 << 17)):                    # many rows: a parallel loop
+        if case == "scatter" and n > 3:
+            continue
+        if case == "gather" and bad[1] == 1 << 40:
+            bad = [2, 1 << 30, 0]                         # (int32 indices)
+        args = make(bad, n)
+        want = _raised(fn, *args)                         # eager: the reference interpreter
+        assert _raised(f, *args) == want
+        assert want[0] == ("ok" if max(bad) < 8 and min(bad) >= 0 else "IndexError")

@@ -20,6 +20,7 @@ from ...errors import ShapeError
 from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ...lax.tir_interp import check_host
+from ...tir.index_checks import ERROR_RECORD, data_index_checks, index_error
 from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from .codegen import emit_cuda
@@ -127,6 +128,7 @@ class CudaExecutable(Executable):
             phases = [(self.functions[ph.name], ph.mode, index_fn(ph.items), ph.partial_bytes)
                       for ph in k.phases]
             tpb, cap = dev.threads_per_block, dev.max_blocks
+            checked = bool(data_index_checks(f))
 
             def run(D, env, blocks):
                 for v in b.outvars:
@@ -135,15 +137,18 @@ class CudaExecutable(Executable):
                 bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
                 dims = [D[d] for d in f.dim_vars]
                 extra = []
+                # kernels checking indices read from data fill an error record (last parameter)
+                err = dev.asarray(np.zeros(ERROR_RECORD, np.uint64)) if checked else None
+                tail = [err] if checked else []
                 for fn, mode, items, partial_bytes in phases:
                     n = items(D)
                     if mode == "partials":          # stage 1 of a full reduction: runs even when empty
                         grid = max(1, min(-(-n // tpb), cap))
                         extra = [dev.empty((partial_bytes * grid,), np.uint8), grid]
-                        dev.launch(fn, grid, tpb, bufs, dims + extra)
+                        dev.launch(fn, grid, tpb, bufs, dims + extra + tail)
                         continue
                     if mode == "combine":
-                        dev.launch(fn, 1, tpb, bufs, dims + extra)
+                        dev.launch(fn, 1, tpb, bufs, dims + extra + tail)
                         continue
                     if n <= 0:
                         continue
@@ -153,7 +158,11 @@ class CudaExecutable(Executable):
                         grid, block = min(n, cap), tpb
                     else:
                         grid, block = 1, 32
-                    dev.launch(fn, grid, block, bufs, dims)
+                    dev.launch(fn, grid, block, bufs, dims + tail)
+                if checked:
+                    record = dev.to_host(err).view(np.int64)
+                    if record[0]:
+                        raise index_error(f, record)
             return run
         if b.kind == "library":
             from .library import library_runner

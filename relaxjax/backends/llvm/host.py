@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import tir
 from ...tir import INDEX, Const, from_sympy
+from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
 from .irtypes import llty
@@ -81,6 +82,8 @@ class SegmentEmitter(KernelEmitter):
         self.env = {}
         p = fn.val("ptr", f"getelementptr i8, ptr %dims, i64 {ARRAY_DATA_OFFSET}")
         dims = fn.val("ptr", f"load ptr, ptr {p}")
+        # the error record of kernels that check indices read from data: after the dims
+        self.err = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {len(self.dim_slot)}")
         for name, s in self.dim_slot.items():
             p = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {s}")
             self.env[name] = fn.val("i64", f"load i64, ptr {p}")
@@ -88,7 +91,7 @@ class SegmentEmitter(KernelEmitter):
             if b.kind == "tir":
                 if b.callee.host_checks:
                     self._host_checks(b, k)
-                self._call_tir(b)
+                self._call_tir(b, k)
             elif b.callee.name in GEMMS:
                 self._gemm(b)
             else:
@@ -151,18 +154,32 @@ class SegmentEmitter(KernelEmitter):
             fn.start_block(done)
         self.checked = True
 
-    def _call_tir(self, b: Binding) -> None:
+    def _call_tir(self, b: Binding, k: int) -> None:
+        """Call the kernel's entry with its argument array; a kernel that checks indices
+        read from data also gets the error record, read after the call (a failing check
+        returns ``INDEX_ERROR | (k + 1) << 32``)."""
         fn, f = self.fn, b.callee
-        n = len(f.params) + len(f.dim_vars)
+        checked = bool(data_index_checks(f))
+        n = len(f.params) + len(f.dim_vars) + checked
         arr = f"%args{fn.n}"
         fn.n += 1
         fn.entry_allocas.append(f"{arr} = alloca [{max(n, 1)} x i64]")
         values = [self._slot(v) for v in list(b.args) + list(b.outvars)] + \
                  [self.env[d] for d in f.dim_vars]
-        for k, v in enumerate(values):
-            p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {k}")
+        if checked:
+            values.append(fn.val("i64", f"ptrtoint ptr {self.err} to i64"))
+        for j, v in enumerate(values):
+            p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {j}")
             fn.emit(f"store i64 {v}, ptr {p}")
         fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
+        if checked:
+            failed = fn.val("i1", f"icmp ne i64 {fn.val('i64', f'load i64, ptr {self.err}')}, 0")
+            bad, ok = fn.label("idxbad"), fn.label("idxok")
+            fn.emit(f"br i1 {failed}, label %{bad}, label %{ok}")
+            fn.start_block(bad)
+            fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
+            fn.start_block(ok)
+            self.checked = True
 
     def _native_call(self, b: Binding, k: int) -> None:
         """``status = f(data, shapes, ndims, nargs)`` (the library ABI); a nonzero status

@@ -20,6 +20,7 @@ import numpy as np
 from ...compile.memplan import byte_size
 from ...ir import Binding, Var
 from ...shapes import eval_dim
+from ...tir.index_checks import ERROR_RECORD
 from ..control_flow import ControlFlowRunner
 from .buffer_pool import POOL, _aligned_block
 from .runner_memory import POOL_MIN_BYTES
@@ -116,7 +117,7 @@ class NativeFori:
         if hi <= lo:
             return carry0
         consts = [_contiguous(np.asarray(a)) for a in args[2 + n:]]
-        dims = np.zeros(max(len(body.dim_names), 1), np.int64)
+        dims = np.zeros(len(body.dim_names) + ERROR_RECORD, np.int64)     # dims, error record
         for name, k in body.dim_slot.items():
             dims[k] = D[name]
         slot = body.slot_of
@@ -160,7 +161,7 @@ class NativeFori:
         if status:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
-            body._library_error(0, status, base, D)
+            body._library_error(0, status, base, D, dims)
         last = y if (hi - lo) % 2 == 1 else z
         return [last[k] if k in last else carry0[k] for k in range(n)]
 
