@@ -305,3 +305,25 @@ def test_kernel_index_read_from_data_is_checked(backend, case):
         want = _raised(fn, *args)                         # eager: the reference interpreter
         assert _raised(f, *args) == want
         assert want[0] == ("ok" if max(bad) < 8 and min(bad) >= 0 else "IndexError")
+
+
+# -- a kernel output it does not fully write reads 0 everywhere (moderate) -----------------
+@rj.kernel
+def first_half(x: rj.Buffer[("n",), "float32"], out: rj.Buffer[("n",), "float32"],
+               count: rj.Buffer[("n",), "int32"]):
+    for i in range(x.shape[0] // 2):
+        out[i] = x[i]
+        count[i] = 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "llvm", "numpy", "cuda-emulated"])
+def test_kernel_outputs_it_does_not_write_are_zeros(backend):
+    def fn(x):
+        return rj.call_tir(first_half, x, out=[S(x.shape, "float32"), S(x.shape, "int32")])
+    f = fn if backend == "eager" else rj.jit(fn, backend=backend)
+    for n in (7, 1 << 17):
+        junk = np.full(n, 5.0, np.float32)            # leaves non-zero memory to be reused
+        del junk
+        out, count = f(np.ones(n, np.float32))
+        np.testing.assert_array_equal(out, np.where(np.arange(n) < n // 2, 1.0, 0.0))
+        np.testing.assert_array_equal(count, np.arange(n) < n // 2)

@@ -264,6 +264,7 @@ class CompiledPrimFunc:
         self.name = f.name
         self.params = list(f.params)
         self.n_outputs = f.n_outputs
+        self.zero_outputs = f.zero_outputs
         self.dim_vars = list(f.dim_vars)
         gen = _Gen(f)
         self.source = gen.source()
@@ -307,7 +308,9 @@ class CompiledPrimFunc:
         n_in = len(self.params) - self.n_outputs
         for k in range(n_in, len(self.params)):
             dtype = np.dtype(self.params[k].dtype)
-            if dtype.kind == "f":
+            if self.zero_outputs:
+                fill = 0
+            elif dtype.kind == "f":
                 fill = np.nan
             elif dtype.kind in "iu":
                 fill = np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max

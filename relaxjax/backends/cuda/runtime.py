@@ -133,6 +133,8 @@ class CudaExecutable(Executable):
             def run(D, env, blocks):
                 for v in b.outvars:
                     env[v] = self._alloc(v, D, env, blocks)
+                    if f.zero_outputs:
+                        env[v][...] = 0
                 self._host_checks(b, D, env)
                 bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
                 dims = [D[d] for d in f.dim_vars]

@@ -168,6 +168,8 @@ class KernelEmitter:
         vals = self._arg_list("%args", fn)
         self.env = {d: v.split()[1] for d, v in zip(self.f.dim_vars, vals[len(self.f.params):])
                     if v.startswith("i64")}
+        if self.f.zero_outputs:
+            self._zero_outputs(vals)
         if not parallel:
             fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 0, i64 0)")
             fn.emit("ret void")
@@ -208,6 +210,17 @@ class KernelEmitter:
             fn.start_block("joined")
             fn.emit("ret void")
         return "\n".join([f"define void @{self.sym}(ptr %args) {{\nentry:"] + fn.lines + ["}"])
+
+    def _zero_outputs(self, vals: list) -> None:
+        """memset the outputs to 0 before the loops (``PrimFunc.zero_outputs``)."""
+        fn, f = self.fn, self.f
+        self.helpers_used.add("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+        for k in range(len(f.params) - f.n_outputs, len(f.params)):
+            b = f.params[k]
+            size = str(np.dtype(b.dtype).itemsize)
+            for d in b.shape:
+                size = fn.val("i64", f"mul i64 {size}, {self._expr(from_sympy(d))}")
+            fn.emit(f"call void @llvm.memset.p0.i64({vals[k]}, i8 0, i64 {size}, i1 false)")
 
     def _work(self) -> str:
         """Elements touched, a proxy for the run time that decides whether threads pay off."""
