@@ -27,7 +27,8 @@ exception the registration's ``error`` gives (default ``RuntimeError``) after th
 The function runs without the GIL, possibly on several threads at once.
 
 Python implementations are called ``f(*inputs, *outputs)`` with NumPy arrays (CuPy arrays
-for ``cuda``), write the outputs in place, and may return a nonzero int status (or raise).
+for ``cuda``), the inputs as read-only views, write the outputs in place, and may return a
+nonzero int status (or raise).
 """
 from __future__ import annotations
 
@@ -185,7 +186,7 @@ class LibraryImpl:
         """Run on host arrays: the numpy callable, else the cpu one (Python or native)."""
         fn = self.numpy
         if fn is not None:
-            status = fn(*inputs, *outputs)
+            status = fn(*[read_only(a) for a in inputs], *outputs)
         elif self.cpu_native is not None:
             status = call_native(self.cpu_native, inputs, outputs)
         else:
@@ -276,6 +277,15 @@ def contiguous(a) -> np.ndarray:
     """``a`` as a C-contiguous NumPy array (np.ascontiguousarray would make a 0-d array 1-d)."""
     a = np.asarray(a)
     return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of input ``a`` for a Python implementation: inputs are read-only
+    (the ABI above), and the array may be the caller's own argument or a value other
+    operations still read."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def call_native(address: int, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> int:

@@ -327,3 +327,22 @@ def test_kernel_outputs_it_does_not_write_are_zeros(backend):
         out, count = f(np.ones(n, np.float32))
         np.testing.assert_array_equal(out, np.where(np.arange(n) < n // 2, 1.0, 0.0))
         np.testing.assert_array_equal(count, np.arange(n) < n // 2)
+
+
+# -- a Python library callback cannot write into the caller's input (moderate) -------------
+@pytest.mark.parametrize("backend", ["eager", "llvm", "numpy", "cuda-emulated"])
+def test_python_library_callback_gets_read_only_inputs(backend):
+    def sneaky(a, out):
+        out[...] = a + 1.0
+        a[0] = 99.0                       # inputs are read-only: a ValueError
+
+    name = f"rt.sneaky.{backend}"
+    rj.register_library(name, cpu=sneaky, num_outputs=1)
+
+    def fn(x):
+        return rj.call_library(name, x, out=rj.ShapeDtypeStruct(x.shape, x.dtype))
+    f = fn if backend == "eager" else rj.jit(fn, backend=backend)
+    x = np.arange(4.0)
+    with pytest.raises(ValueError, match="read-only"):
+        f(x)
+    np.testing.assert_array_equal(x, np.arange(4.0))

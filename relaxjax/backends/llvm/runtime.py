@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
 from ...lax.tir_interp import check_host
-from ...library import BUILTIN, lookup
+from ...library import BUILTIN, lookup, read_only
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
 from . import runner_memory, target
@@ -243,7 +243,7 @@ class LLVMExecutable(Executable):
         """A library call with a Python cpu implementation: ``f(*inputs, *outputs)``."""
         b: Binding = self.steps[step].binding
         impl = lookup(b.callee.name)
-        args = [bufs[self.slot_of[a]] for a in list(b.args) + list(b.outvars)]
+        args = [read_only(bufs[self.slot_of[a]]) for a in b.args] + [bufs[self.slot_of[v]] for v in b.outvars]
         status = impl.cpu_python(*args)
         if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
             impl.raise_status(status)
