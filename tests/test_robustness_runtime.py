@@ -346,3 +346,21 @@ def test_python_library_callback_gets_read_only_inputs(backend):
     with pytest.raises(ValueError, match="read-only"):
         f(x)
     np.testing.assert_array_equal(x, np.arange(4.0))
+
+
+# -- the output pool stays bounded when shapes keep changing (moderate) --------------------
+def test_buffer_pool_keeps_recent_sizes_within_its_bound():
+    from relaxjax.backends.llvm import buffer_pool
+    assert buffer_pool.POOL.max_bytes <= 256 << 20
+    pool = buffer_pool.BufferPool(max_per_size=4, max_bytes=4 << 20)
+    for k in range(4):                                    # sizes never asked for again
+        pool.put(buffer_pool._aligned_block((1 << 20) - 64 * (k + 1)))
+    for k in range(50):                                   # a shape that changes every call
+        n = (1 << 20) + 64 * k
+        assert pool.take(n) is None
+        pool.put(buffer_pool._aligned_block(n))
+        assert pool.take(n) is not None                   # the new size is kept, old ones go
+        pool.put(buffer_pool._aligned_block(n))
+        assert pool.stats()["bytes"] <= 4 << 20
+    assert pool.stats()["blocks"] <= 4 and len(pool._free) <= 4
+
