@@ -364,3 +364,19 @@ def test_buffer_pool_keeps_recent_sizes_within_its_bound():
         assert pool.stats()["bytes"] <= 4 << 20
     assert pool.stats()["blocks"] <= 4 and len(pool._free) <= 4
 
+
+
+# -- entries for one set of concrete shapes: found by key, bounded (moderate) --------------
+@pytest.mark.parametrize("fast", [True, False])
+def test_concrete_shape_entries_are_looked_up_by_key_and_bounded(monkeypatch, fast):
+    import importlib
+    monkeypatch.setattr(importlib.import_module("relaxjax.jit"), "MAX_EXACT_ENTRIES", 8)
+    f = rj.jit(lambda x: x * float(int(x.shape[0])), backend="numpy")
+    call = (lambda x: f(x)) if fast else (lambda x: f(x=x))      # (keywords: the full path)
+    for n in range(1, 21):
+        assert call(np.ones(n))[0] == n
+    info = f.cache_info()
+    assert info.compiles == 20 and info.entries <= 8
+    assert not any(f._fast.values()) and not any(f._cache.values())     # nothing to scan
+    assert call(np.ones(20))[0] == 20 and f.cache_info().compiles == 20  # a hit
+    assert call(np.ones(1))[0] == 1 and f.cache_info().compiles == 21   # dropped: traced again
