@@ -380,3 +380,30 @@ def test_concrete_shape_entries_are_looked_up_by_key_and_bounded(monkeypatch, fa
     assert not any(f._fast.values()) and not any(f._cache.values())     # nothing to scan
     assert call(np.ones(20))[0] == 20 and f.cache_info().compiles == 20  # a hit
     assert call(np.ones(1))[0] == 1 and f.cache_info().compiles == 21   # dropped: traced again
+
+
+# -- compiled code of dropped functions is released (moderate) -----------------------------
+def test_dropped_functions_release_their_compiled_code():
+    import gc
+    import weakref
+
+    def modules_of(fn) -> list:
+        exe = next(e for es in fn._cache.values() for e in es).executable
+        return [weakref.ref(m) for m in exe.kernel_modules + [exe.segment_module]]
+
+    x = np.arange(5, dtype=np.float32)
+    f = rj.jit(lambda x: x * 3.0 + 0.5, backend="llvm")
+    g = rj.jit(lambda x: x * 3.0 + 0.5, backend="llvm")       # the same code: shared modules
+    np.testing.assert_array_equal(f(x), x * 3.0 + 0.5)
+    np.testing.assert_array_equal(g(x), x * 3.0 + 0.5)
+    mods = modules_of(f)
+    assert [r() for r in mods] == [r() for r in modules_of(g)]
+    del f
+    gc.collect()
+    assert all(r() is not None for r in mods)                 # g still uses them
+    np.testing.assert_array_equal(g(x + 1), (x + 1) * 3.0 + 0.5)
+    del g
+    gc.collect()
+    assert all(r() is None for r in mods)                     # released with the last user
+    h = rj.jit(lambda x: x * 3.0 + 0.5, backend="llvm")       # loaded again when needed
+    np.testing.assert_array_equal(h(x), x * 3.0 + 0.5)

@@ -10,6 +10,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 
@@ -51,8 +52,14 @@ _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and se
 CODEGEN_VERSION = "1"
 
 _SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
-_ENGINES: dict = {}        # (native, sha256 of text) -> CompiledModule | SharedModule
-_KERNELS: dict = {}        # (native, symbol) -> (module, text)
+# Compiled modules are shared while something uses them: the executables hold their modules
+# (kernels and segments), these maps only find a live one again.  A module no executable
+# holds any more is freed: an MCJIT engine with its machine code, a shared library closed
+# (1000 dropped functions kept 200 MiB).  Whoever holds an address into a module holds the
+# module: an executable its kernels' and segments', a segment module only exists while an
+# executable holding the kernels it was linked against does.
+_ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, sha256 of text) -> module
+_KERNELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, symbol) -> module
 _LOCK = threading.RLock()
 _RUNTIME: list = []        # the loaded runtime SharedModule, once
 _NATIVE_FAILED: list = []  # the error that made shared libraries unusable in this process
@@ -179,6 +186,9 @@ class SharedModule:
             cache.put("llvm", parts, data, ".so")
             self.lib = _load_private(data, mode)
         self.functions = {n: _SEGMENT(self.address(n)) for n in entry_names}
+        # closed once no executable holds this module (see _ENGINES); glibc keeps it mapped
+        # while a library loaded later still binds to its symbols
+        weakref.finalize(self, _dlclose, self.lib._handle).atexit = False
 
     def address(self, name: str) -> int:
         return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
@@ -219,6 +229,11 @@ def _load_private(data: bytes, mode: int) -> ctypes.CDLL:
         finally:
             os.unlink(path)
     raise err
+
+
+def _dlclose(handle: int) -> None:
+    import _ctypes
+    _ctypes.dlclose(handle)
 
 
 def cache_key_parts(text: str) -> tuple:
@@ -268,10 +283,10 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
     with _LOCK:
         hit = _KERNELS.get((native, sym))
     if hit is not None:
-        return hit[0], sym, f"; {f.name}\n" + text
+        return hit, sym, f"; {f.name}\n" + text
     cm = compile_llvm(text, [], native, exports=True)
     if not native:        # a shared library's symbols resolve through the dynamic linker
         llvm.add_symbol(sym, cm.address(sym))
     with _LOCK:
-        _KERNELS[(native, sym)] = (cm, text)
+        _KERNELS[(native, sym)] = cm
     return cm, sym, f"; {f.name}\n" + text
