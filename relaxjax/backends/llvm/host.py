@@ -116,12 +116,7 @@ class SegmentEmitter(KernelEmitter):
         fn = self.fn
         for kind, pos, size, axis in b.callee.host_checks:
             if kind == "nonempty":
-                empty = fn.val("i1", f"icmp eq i64 {self._expr(from_sympy(size))}, 0")
-                bad, ok = fn.label("nonempty"), fn.label("nonemptyok")
-                fn.emit(f"br i1 {empty}, label %{bad}, label %{ok}")
-                fn.start_block(bad)
-                fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
-                fn.start_block(ok)
+                self._fail_if(fn.val("i1", f"icmp eq i64 {self._expr(from_sympy(size))}, 0"), k)
                 continue
             v = b.args[pos]
             ity = llty(v.type.dtype)
@@ -173,13 +168,17 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"store i64 {v}, ptr {p}")
         fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
         if checked:
-            failed = fn.val("i1", f"icmp ne i64 {fn.val('i64', f'load i64, ptr {self.err}')}, 0")
-            bad, ok = fn.label("idxbad"), fn.label("idxok")
-            fn.emit(f"br i1 {failed}, label %{bad}, label %{ok}")
-            fn.start_block(bad)
-            fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
-            fn.start_block(ok)
+            self._fail_if(fn.val("i1", f"icmp ne i64 {fn.val('i64', f'load i64, ptr {self.err}')}, 0"), k)
             self.checked = True
+
+    def _fail_if(self, cond: str, k: int) -> None:
+        """Return ``INDEX_ERROR | (k + 1) << 32`` (call ``k``'s check failed) when ``cond``."""
+        fn = self.fn
+        bad, ok = fn.label("chkbad"), fn.label("chkok")
+        fn.emit(f"br i1 {cond}, label %{bad}, label %{ok}")
+        fn.start_block(bad)
+        fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
+        fn.start_block(ok)
 
     def _native_call(self, b: Binding, k: int) -> None:
         """``status = f(data, shapes, ndims, nargs)`` (the library ABI); a nonzero status
