@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import relaxjax as rj
+import relaxjax.numpy as rnp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,8 +136,6 @@ def test_cache_read_refuses_special_files_and_oversized_entries(tmp_path, monkey
 
 
 # -- reductions without identity over an axis empty at run time (item 6) -------------------
-import relaxjax.numpy as rnp                                    # noqa: E402
-
 RUN_BACKENDS = ["llvm", "numpy", "cuda-emulated"]
 NO_IDENTITY = [
     (lambda x: x[x > 0].max(), lambda x: x[x > 0].max()),
