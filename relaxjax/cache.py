@@ -14,8 +14,11 @@ The key is a sha256 over the kind, relaxjax's version, the format version and ev
 so a key part must name everything the artifact depends on (generated code, target, the
 versions of the compilers used).  An entry is one file: the payload followed by a trailer
 (sha256 of the payload, the key, the payload length, relaxjax's version, the format version,
-a magic number).  The payload starts at offset 0, so a shared library can be ``dlopen``ed
-in place (:func:`get_path`); the trailer is past the end of what the ELF headers describe.
+a magic number).  The payload starts at offset 0 and the trailer is past the end of what
+ELF headers describe, but a loader should ``dlopen`` a private copy of what :func:`get`
+returns, never the entry itself: another process may truncate or rewrite the entry, and
+code mapped from it would then fault.  Only regular files of at most ``MAX_ENTRY_BYTES``
+are read (no FIFO, device or symbolic link: see ``_read_regular``).
 Every read checks the trailer and the payload's hash: a truncated, corrupted or foreign
 file is ignored (never loaded) and the caller's ``put`` replaces it.  Writes go to a
 temporary file in the same directory, renamed over the entry (``os.replace``, atomic on
@@ -32,6 +35,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -45,7 +49,7 @@ MAGIC = b"RJXCACHE"
 _TRAILER = struct.Struct("<32s32sQ16sI8s")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _ENTRY = re.compile(r"^[0-9a-f]{64}(\.[a-z0-9]+)?$")
-_TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".tmp-"
 
 log = logging.getLogger("relaxjax.cache")
 
@@ -122,14 +126,56 @@ def _check(blob: bytes, digest: bytes) -> str | None:
     return None
 
 
+# The largest entry read: a file that claims more is not relaxjax's (or is being replaced)
+MAX_ENTRY_BYTES = 1 << 30
+_WARNED: set = set()          # kinds of bad entries warned about in this process
+
+
+def _warn_once(what: str, path: Path) -> None:
+    if what not in _WARNED:
+        _WARNED.add(what)
+        log.warning("relaxjax cache: ignoring %s (%s); a regular file will replace it", path, what)
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The contents of ``path`` if it is a regular file of at most ``MAX_ENTRY_BYTES``, else
+    None.  Opened without following a symbolic link and without blocking (a FIFO would
+    wait for a writer forever; a link to ``/dev/zero`` would read until memory runs out),
+    then checked with ``fstat`` on the open descriptor, so what is read is what was checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:             # ELOOP: a symbolic link; EACCES, ...
+        _warn_once(f"not a readable regular file: {e.strerror}", path)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _warn_once("not a regular file", path)
+            return None
+        if st.st_size > MAX_ENTRY_BYTES:
+            _warn_once(f"larger than {MAX_ENTRY_BYTES} bytes", path)
+            return None
+        chunks, left = [], st.st_size + 1        # one byte more: a file that grew is refused
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 24))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return None if left <= 0 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _read(path: Path, digest: bytes) -> bytes | None:
     try:
-        blob = path.read_bytes()
-    except FileNotFoundError:
-        _STATS["misses"] += 1
-        return None
+        blob = _read_regular(path)
     except OSError as e:
         log.debug("cache: cannot read %s: %s", path, e)
+        blob = None
+    if blob is None:
         _STATS["misses"] += 1
         return None
     why = _check(blob, digest)
@@ -151,8 +197,9 @@ def get(kind: str, key_parts: Iterable, suffix: str = "") -> bytes | None:
 
 
 def get_path(kind: str, key_parts: Iterable, suffix: str = "") -> str | None:
-    """The path of a verified entry, for loaders that need a file (``dlopen``): its payload
-    starts at offset 0.  None when absent, the cache is off, or the entry is invalid."""
+    """The path of a verified entry (its payload starts at offset 0).  None when absent, the
+    cache is off, or the entry is invalid.  Not for ``dlopen``: the file may change after
+    the check (load a private copy of :func:`get`'s bytes)."""
     if not enabled():
         return None
     k = key(kind, key_parts)
@@ -170,7 +217,7 @@ def put(kind: str, key_parts: Iterable, data: bytes, suffix: str = "") -> str | 
     tmp = None
     try:
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.write(_trailer(data, bytes.fromhex(k)))
@@ -198,8 +245,8 @@ def _files(root: Path):
         if not kd.is_dir() or not _KIND.match(kd.name):
             continue
         for p in sorted(kd.iterdir()):
-            if p.is_file() and (_ENTRY.match(p.name) or p.name.startswith(_TMP_PREFIX)):
-                yield kd.name, p, not p.name.startswith(_TMP_PREFIX)
+            if p.is_file() and (_ENTRY.match(p.name) or p.name.startswith(TMP_PREFIX)):
+                yield kd.name, p, not p.name.startswith(TMP_PREFIX)
 
 
 def info() -> dict:

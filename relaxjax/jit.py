@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,20 @@ from .jit_cache import lower_cached
 from .jit_trace import trace_call
 from .signature import Binder
 from .structs import ShapeDtypeStruct
+
+
+# Entries a function keeps that each accept exactly one set of argument shapes (every dim
+# concrete, e.g. after ``int(x.shape[0])``); past it the least recently used one goes
+MAX_EXACT_ENTRIES = 256
+
+
+def _exact(entry: "_Entry", shapes) -> bool:
+    """Whether ``entry`` accepts only ``shapes``: no dim to bind and every axis checked."""
+    b = entry.binder
+    if b.names:
+        return False
+    checked = {(st.leaf, st.axis) for st in b.steps if st.kind == "check"}
+    return checked == {(k, ax) for k, s in enumerate(shapes) for ax in range(len(s))}
 
 
 @dataclass
@@ -217,6 +232,10 @@ class Jitted:
         # exactly as the full path would, and a rejected call takes the full path, which
         # says why.
         self._fast: dict = {}
+        # Entries that accept one set of shapes (``_exact``), by (call key, shapes) and by
+        # (fast key, shapes), least recently used first: a dict lookup rather than a scan of
+        # every entry's binder, and bounded (MAX_EXACT_ENTRIES)
+        self._exact: OrderedDict = OrderedDict()
         self._fast_arity = None
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
@@ -231,12 +250,14 @@ class Jitted:
         """Hits, misses, compiles and entries (``hits`` is approximate while several threads
         call at once; the others are exact)."""
         return CacheInfo(self._hits, self._misses, self._compiles,
-                         sum(len(v) for v in self._cache.values()))
+                         sum(len(v) for v in self._cache.values()) +
+                         len({id(e) for e in list(self._exact.values())}))
 
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
             self._fast.clear()
+            self._exact.clear()
             self._hits = self._misses = self._compiles = 0
 
     def lower(self, *args, **kwargs) -> Lowered:
@@ -253,6 +274,11 @@ class Jitted:
                 key = ()
             if len(key) == len(args):
                 shapes = tuple([a.shape for a in args])
+                entry = self._exact.get((key, shapes))
+                if entry is not None:
+                    self._hits += 1
+                    self._touch((key, shapes))
+                    return entry.fast_run((), args)
                 for entry in self._fast.get(key, ()):
                     dims = entry.binder(shapes)
                     if type(dims) is tuple:
@@ -262,6 +288,9 @@ class Jitted:
                 out = self._call_slow(args, kwargs, keyed)
                 if keyed:           # this call's cache key (per call: other threads have theirs)
                     with self._lock:
+                        if keyed[1] is not None:
+                            self._remember((key, shapes), keyed[1])
+                            return out
                         entries = self._fast.setdefault(key, [])
                         for e in self._cache.get(keyed[0], ()):
                             if e not in entries:
@@ -276,9 +305,16 @@ class Jitted:
         if call.has_struct:
             raise TypeError("ShapeDtypeStruct arguments are for lower()/make_ir(), not for calls")
         if keyed is not None:
-            keyed.append(call.key)
-        entries = self._cache.setdefault(call.key, [])
+            keyed += [call.key, None]
         shapes = call.shapes
+        entry = self._exact.get((call.key, shapes))
+        if entry is not None:
+            self._hits += 1
+            self._touch((call.key, shapes))
+            if keyed is not None:
+                keyed[1] = entry
+            return self._run(entry, (), call)
+        entries = self._cache.setdefault(call.key, [])
         for entry in entries:
             dims = entry.binder(shapes)
             if isinstance(dims, tuple):
@@ -299,11 +335,29 @@ class Jitted:
                 module, build = self._trace(call)
                 entry = build(self.pipeline)
                 self._compiles += 1
-                entries.append(entry)
                 dims = entry.binder(shapes)
                 if not isinstance(dims, tuple):
                     raise ShapeError(f"{self.__name__}: " + entry.binder.explain(shapes, dims))
+                if _exact(entry, shapes):
+                    self._remember((call.key, shapes), entry)
+                    if keyed is not None:
+                        keyed[1] = entry
+                else:
+                    entries.append(entry)
         return self._run(entry, dims, call)
+
+    def _remember(self, key, entry: _Entry) -> None:
+        """Keep an entry for one set of shapes, dropping the least recently used past the bound."""
+        with self._lock:
+            self._exact[key] = entry
+            while len(self._exact) > MAX_EXACT_ENTRIES:
+                self._exact.popitem(last=False)
+
+    def _touch(self, key) -> None:
+        try:
+            self._exact.move_to_end(key)
+        except KeyError:            # dropped by another thread meanwhile
+            pass
 
     # -- calls ---------------------------------------------------------------------------
     def _prepare(self, args, kwargs) -> CallArgs:

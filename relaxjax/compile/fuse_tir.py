@@ -26,8 +26,9 @@ from .. import tir
 from ..tir.analysis import inline_primfunc, perfect_nest
 from ..library import LibraryFunc
 from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, default_loop_kinds,
-                       elementwise_rule, reindex, scalar_literal_expr)
+                       elementwise_rule, nonempty_checks, reindex, scalar_literal_expr)
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
+from ..tir.index_checks import data_index_checks
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -167,7 +168,7 @@ class _Builder:
     def _inline_tir(self, b: Binding, idx: list) -> tir.Expr:
         """A call_tir whose program is a perfect loop nest, inlined at ``idx``."""
         f = b.callee
-        if f.host_checks or perfect_nest(f) is None:
+        if f.host_checks or data_index_checks(f) or perfect_nest(f) is None:
             raise FusionError(f"{f.name} is not a perfect loop nest")
         dims = {}
         for buf, a in zip(f.params, list(b.args) + list(b.outvars)):
@@ -223,6 +224,7 @@ class _Builder:
         axes = tuple(sorted(reds[0].params["axes"]))
         kept = tuple(d for a, d in enumerate(full) if a not in axes)
         for r in reds:
+            self.host_checks += nonempty_checks(r.callee.name, full, axes)
             if r.callee.name not in REDUCERS or tuple(sorted(r.params["axes"])) != axes or \
                     not self.env.same_shape(r.args[0].type.shape, full):
                 raise FusionError("the reductions of a group must share input shape and axes")

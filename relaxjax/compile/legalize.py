@@ -13,7 +13,7 @@ from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
-                       reduction_body, scalar_literal_expr, scan_loops, scatter_loops)
+                       nonempty_checks, reduction_body, scalar_literal_expr, scan_loops, scatter_loops)
 from .passes import Pass
 
 __all__ = ["HOST_OPS", "legalize", "lower_binding", "primfunc_for", "unlowered", "check_lowered"]
@@ -51,8 +51,10 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
     how = lowering_kind(name, b.callee.kind)
     if how in (None, "host", "library"):
         raise NotImplementedError(f"primitive {name} has no loop-level lowering")
+    checks = []
     if how == "reduction":
         axes = b.params["axes"] if "axes" in b.params else (b.params["axis"],)
+        checks += nonempty_checks(name, in_types[0].shape, axes)
         body = tir.loop_nest(extents, lambda idx: reduction_body(
             name, idx, reads, in_types[0], out_type, axes, lambda v: Store(ob, tuple(idx), v), taken),
             default_loop_kinds(rank), taken)
@@ -68,7 +70,6 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
             ob, tuple(idx), rule(name, list(idx), reads, in_types, out_type, **b.params)),
             default_loop_kinds(rank), taken)
     params = buffers + [ob]
-    checks = []
     if (name in ("take", "take_along_axis") or name == "scatter" and b.params["oob"] == "error") \
             and isinstance(b.args[1], Var):
         axis = b.params["axis"]

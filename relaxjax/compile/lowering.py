@@ -42,6 +42,20 @@ SCANS = {"cumsum": "reduce_sum", "cumprod": "reduce_prod", "cummax": "reduce_max
          "cummin": "reduce_min"}
 
 
+# Reductions without an identity, by the name NumPy's error gives them
+NO_IDENTITY = {"reduce_max": "maximum", "reduce_min": "minimum", "argmax": "argmax", "argmin": "argmin"}
+
+
+def nonempty_checks(name: str, shape: tuple, axes) -> list:
+    """The host checks (``("nonempty", NumPy's name, size, axis)``) that a reduction without
+    an identity makes before its loops: each reduced axis whose size is only known at run
+    time (a symbolic dim that may be 0, a data-dependent size) must not be empty, or the
+    loops would return the accumulator's start (-inf, 0) where NumPy raises ValueError.
+    A size known when tracing is checked by the primitive's shape rule instead."""
+    op = NO_IDENTITY.get(name)
+    return [] if op is None else [("nonempty", op, shape[a], a) for a in axes if is_symbolic(shape[a])]
+
+
 def lowering_kind(name: str, fusion_kind: str) -> str | None:
     """How Legalize lowers the primitive ``name`` (of FuseOps kind ``fusion_kind``):
 

@@ -264,6 +264,7 @@ class CompiledPrimFunc:
         self.name = f.name
         self.params = list(f.params)
         self.n_outputs = f.n_outputs
+        self.zero_outputs = f.zero_outputs
         self.dim_vars = list(f.dim_vars)
         gen = _Gen(f)
         self.source = gen.source()
@@ -307,7 +308,9 @@ class CompiledPrimFunc:
         n_in = len(self.params) - self.n_outputs
         for k in range(n_in, len(self.params)):
             dtype = np.dtype(self.params[k].dtype)
-            if dtype.kind == "f":
+            if self.zero_outputs:
+                fill = 0
+            elif dtype.kind == "f":
                 fill = np.nan
             elif dtype.kind in "iu":
                 fill = np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max
@@ -353,15 +356,23 @@ def run_primfunc(f: PrimFunc, arrays: list, dims: dict | None = None) -> None:
     compile_primfunc(f)(arrays, dims)
 
 
-def check_host(f: PrimFunc, args: list, D: dict, eval_dim: Callable) -> None:
+def check_host(f: PrimFunc, args, D: dict, eval_dim: Callable) -> None:
     """The run-time checks a caller makes before calling ``f`` (``f.host_checks``), as NumPy
-    reports them: gather indices out of range raise IndexError."""
+    reports them: gather indices out of range raise IndexError, a reduction without
+    identity over an empty axis ValueError.  ``args`` are the call's arguments: a list, or
+    a function of the position (a backend that must fetch them from a device)."""
+    arg = args if callable(args) else args.__getitem__
     for check in f.host_checks:
         kind, pos, size, axis = check
+        n = eval_dim(size, D)
+        if kind == "nonempty":          # pos: the reduction's name in NumPy's message
+            if n == 0:
+                raise ValueError(f"attempt to get {pos} of an empty sequence" if pos.startswith("arg")
+                                 else f"zero-size array to reduction operation {pos} which has no identity")
+            continue
         if kind != "index_range":
             raise NotImplementedError(f"host check {kind!r}")
-        idx = np.asarray(args[pos])
-        n = eval_dim(size, D)
+        idx = np.asarray(arg(pos))
         if idx.size:
             lo, hi = idx.min(), idx.max()
             if lo < -n or hi >= n:

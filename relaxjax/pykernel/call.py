@@ -341,6 +341,6 @@ def _eager(kern: Kernel, arrays: list, structs) -> list:
         kern.check(kern.primfunc, {symbol(d): (v, v) for d, v in D.items()})
         kern._checked.add(key)
     prog = compile_primfunc(kern.primfunc)
-    outs = [np.empty(sh, s.dtype) for sh, s in zip(shapes, structs)]
+    outs = [np.zeros(sh, s.dtype) for sh, s in zip(shapes, structs)]     # (PrimFunc.zero_outputs)
     prog(arrays + outs, D)
     return outs

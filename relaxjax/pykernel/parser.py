@@ -499,6 +499,9 @@ def build_primfunc(k, binding: dict, name: str):
         raise AssertionError(f"kernel {k.name}: the dtypes of its locals do not settle")
     params = [b.buf[p] for p, _ in k.params]
     body = mark_loop_kinds(body)
-    f = tir.PrimFunc(name, params, len(k.outputs), tir.dim_vars(params), body)
+    # indices the kernel reads from data are checked at run time (tir.index_checks); what
+    # it leaves unwritten is 0 everywhere
+    f = tir.PrimFunc(name, params, len(k.outputs), tir.dim_vars(params), body,
+                     check_data_indices=True, zero_outputs=True)
     tir.verify_primfunc(f)
     return f, b.node_of

@@ -275,6 +275,12 @@ class PrimFunc:
     # ("index_range", operand position, axis size, axis) says that operand holds indices
     # into an axis of that size (negative ones count from the end), as NumPy checks them.
     host_checks: list = field(default_factory=list)
+    # Indices read from data are compared with their axis sizes where they are used (user
+    # kernels: see ``tir.index_checks``)
+    check_data_indices: bool = False
+    # The outputs start as zeros (user kernels: an element the kernel does not write reads 0
+    # on every backend and eagerly, as the zero-filled outputs of the Python function would)
+    zero_outputs: bool = False
     call_kind = "tir"
 
     @property

@@ -28,6 +28,7 @@ import numpy as np
 
 from ...tir import (BOOL, INDEX, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store,
                    Var, from_sympy)
+from ...tir.index_checks import check_numbers
 from ...tir.visit import walk_expr, walk_stmts
 from .loop_analysis import (COMBINE, all_exprs, combined_accumulators, contiguous_split, full_reduction,
                             has_loop, has_store, leading_loops, shareable, trip_count)
@@ -69,6 +70,7 @@ class _Emitter:
         self.n = 0
         self.flat = None      # (loop variables, their extents, flat counter) of a grid loop
         self.lanes = None     # buffer name -> vector lane, inside a vectorized grid loop
+        self.checks = check_numbers(f)    # indices read from data, checked (rj_chk)
 
     # -- kernels -----------------------------------------------------------------------
     def emit(self) -> CudaKernel:
@@ -90,6 +92,8 @@ class _Emitter:
         ps += [f"int64_t d_{d}" for d in self.f.dim_vars]
         if partials:
             ps += ["unsigned char *__restrict__ rj_ws", "int64_t rj_nparts"]
+        if self.checks:                     # the error record (tir.index_checks)
+            ps += ["unsigned long long *__restrict__ rj_err"]
         return f'extern "C" __global__ void {pname}({", ".join(ps)})'
 
     def _strides(self) -> None:
@@ -360,7 +364,7 @@ class _Emitter:
 
     def simple(self, s) -> None:
         if isinstance(s, Store):
-            self.line(f"{self.addr(s.buffer, s.index)} = {self.to_mem(self.expr(s.value), s.buffer.dtype)};")
+            self.line(f"{self.addr(s.buffer, s.index, s)} = {self.to_mem(self.expr(s.value), s.buffer.dtype)};")
         elif isinstance(s, Local):
             self.line(f"{ctype(s.var.dtype)} v_{s.var.name} = {self.expr(s.init)};")
         elif isinstance(s, Assign):
@@ -435,7 +439,7 @@ class _Emitter:
         return render_op(Op(opname, (Var("_a", dtype), Var("_b", dtype)), np.dtype(dtype)), [a, b])
 
     # -- expressions ---------------------------------------------------------------------
-    def addr(self, b, index) -> str:
+    def addr(self, b, index, node=None) -> str:
         k = self.buf[b.name][1:]
         if self.flat and len(index) == len(self.flat[0]) and \
                 all(isinstance(i, Var) for i in index) and [i.name for i in index] == self.flat[0] and \
@@ -446,6 +450,9 @@ class _Emitter:
         terms = []
         for ax, i in enumerate(index):
             e = self.expr(i)
+            check = self.checks.get((id(node), ax))
+            if check is not None:
+                e = f"rj_chk({e}, {self.expr(from_sympy(b.shape[ax]))}, rj_err, {check + 1}ULL)"
             terms.append(e if ax == len(index) - 1 else f"({e}) * s{k}_{ax}")
         return f"{self.buf[b.name]}[{' + '.join(terms) or '0'}]"
 
@@ -464,7 +471,7 @@ class _Emitter:
         if isinstance(e, Var):
             return f"v_{e.name}" if not self._is_dim(e.name) else f"d_{e.name}"
         if isinstance(e, Load):
-            v = self.addr(e.buffer, e.index)
+            v = self.addr(e.buffer, e.index, e)
             if e.dtype == BOOL:
                 return f"({v} != 0)"
             if e.dtype == np.float16:

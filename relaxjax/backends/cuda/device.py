@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from ...tir.index_checks import data_index_checks
 from .prelude import EMULATOR_HEADER, PRELUDE
 from .scalar_ops import memtype
 
@@ -169,9 +170,12 @@ def _launcher(k, ph) -> str:
     n_in = len(f.params) - f.n_outputs
     args = [f"({'const ' if i < n_in else ''}{memtype(b.dtype)} *)args[{i}]" for i, b in enumerate(f.params)]
     args += [f"(int64_t)args[{len(f.params) + i}]" for i in range(len(f.dim_vars))]
+    k0 = len(f.params) + len(f.dim_vars)
     if ph.partial_bytes:
-        k0 = len(f.params) + len(f.dim_vars)
         args += [f"(unsigned char *)args[{k0}]", f"(int64_t)args[{k0 + 1}]"]
+        k0 += 2
+    if data_index_checks(f):
+        args.append(f"(unsigned long long *)args[{k0}]")
     return f"""extern "C" int rj_launch_{ph.name}(unsigned grid, unsigned block, uint64_t *args) {{
   omp_set_dynamic(0);
   gridDim = rj_dim3{{grid, 1, 1}}; blockDim = rj_dim3{{block, 1, 1}};

@@ -37,6 +37,15 @@ RJ_DEV bool rj_isinf(double x) { return isinf(x); }
 // float16 values live in float registers; each operation rounds like NumPy's float16 ops
 RJ_DEV float rj_h(float x) { return rj_h2f(rj_f2h(x)); }
 
+// an index read from data (tir.index_checks): outside [0, n) the first failing access fills
+// the error record {check number + 1, index, size}, the access goes to element 0, and the
+// caller raises IndexError after the launch
+RJ_DEV int64_t rj_chk(int64_t i, int64_t n, unsigned long long *err, unsigned long long code) {
+  if ((uint64_t)i < (uint64_t)n) return i;
+  if (atomicCAS(err, 0ULL, code) == 0ULL) { err[1] = (unsigned long long)i; err[2] = (unsigned long long)n; }
+  return 0;
+}
+
 template <class T> struct rj_unsigned;
 template <> struct rj_unsigned<int8_t> { typedef uint8_t t; };
 template <> struct rj_unsigned<int16_t> { typedef uint16_t t; };
@@ -216,6 +225,10 @@ static inline float rj_h2f(uint16_t h) { _Float16 x; std::memcpy(&x, &h, 2); ret
 static inline uint16_t rj_f2h(float f) { _Float16 x = (_Float16)f; uint16_t h; std::memcpy(&h, &x, 2); return h; }
 template <class T> static inline bool rj_isnan(T x) { return std::isnan(x); }
 template <class T> static inline bool rj_isinf(T x) { return std::isinf(x); }
+static inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long cmp, unsigned long long v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return cmp;
+}
 // shuffles: every thread of the team calls them together (as the generated code does)
 static double rj_shfl_slots[1024];
 template <class T> static inline T __shfl_down_sync(unsigned, T v, int o) {

@@ -19,6 +19,8 @@ from ...tir import Const, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
 from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
+from ...lax.tir_interp import check_host
+from ...tir.index_checks import ERROR_RECORD, data_index_checks, index_error
 from ..control_flow import ControlFlowRunner
 from ..executable import Executable
 from .codegen import emit_cuda
@@ -126,23 +128,29 @@ class CudaExecutable(Executable):
             phases = [(self.functions[ph.name], ph.mode, index_fn(ph.items), ph.partial_bytes)
                       for ph in k.phases]
             tpb, cap = dev.threads_per_block, dev.max_blocks
+            checked = bool(data_index_checks(f))
 
             def run(D, env, blocks):
                 for v in b.outvars:
                     env[v] = self._alloc(v, D, env, blocks)
+                    if f.zero_outputs:
+                        env[v][...] = 0
                 self._host_checks(b, D, env)
                 bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
                 dims = [D[d] for d in f.dim_vars]
                 extra = []
+                # kernels checking indices read from data fill an error record (last parameter)
+                err = dev.asarray(np.zeros(ERROR_RECORD, np.uint64)) if checked else None
+                tail = [err] if checked else []
                 for fn, mode, items, partial_bytes in phases:
                     n = items(D)
                     if mode == "partials":          # stage 1 of a full reduction: runs even when empty
                         grid = max(1, min(-(-n // tpb), cap))
                         extra = [dev.empty((partial_bytes * grid,), np.uint8), grid]
-                        dev.launch(fn, grid, tpb, bufs, dims + extra)
+                        dev.launch(fn, grid, tpb, bufs, dims + extra + tail)
                         continue
                     if mode == "combine":
-                        dev.launch(fn, 1, tpb, bufs, dims + extra)
+                        dev.launch(fn, 1, tpb, bufs, dims + extra + tail)
                         continue
                     if n <= 0:
                         continue
@@ -152,7 +160,11 @@ class CudaExecutable(Executable):
                         grid, block = min(n, cap), tpb
                     else:
                         grid, block = 1, 32
-                    dev.launch(fn, grid, block, bufs, dims)
+                    dev.launch(fn, grid, block, bufs, dims + tail)
+                if checked:
+                    record = dev.to_host(err).view(np.int64)
+                    if record[0]:
+                        raise index_error(f, record)
             return run
         if b.kind == "library":
             from .library import library_runner
@@ -206,12 +218,7 @@ class CudaExecutable(Executable):
         return run
 
     def _host_checks(self, b: Binding, D: dict, env: dict) -> None:
-        for kind, pos, size, axis in b.callee.host_checks:
-            idx = self.device.to_host(self._value(b.args[pos], env))
-            n = eval_dim(size, D)
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                bad = idx.min() if idx.min() < -n else idx.max()
-                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+        check_host(b.callee, lambda pos: self.device.to_host(self._value(b.args[pos], env)), D, eval_dim)
 
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, dims: dict, arrays: list) -> list:

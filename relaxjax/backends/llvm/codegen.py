@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...tir import BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, from_sympy
+from ...tir.index_checks import check_numbers
 from .irtypes import fconst, is_float, llty, memty, suffix
 from .scalar_ops import render_op
 
@@ -64,6 +65,9 @@ class KernelEmitter:
         self.sym = sym
         self.math_used: set = set()
         self.helpers_used: set = set()
+        # (id(access), axis) -> check number of indices read from data; when there are
+        # any, the entry takes the error record's address after the dims (tir.index_checks)
+        self.checks = check_numbers(f)
 
     # -- the whole kernel ------------------------------------------------------------
     def emit(self) -> str:
@@ -73,7 +77,8 @@ class KernelEmitter:
         self.bufname = {b.name: f"%b{k}" for k, b in enumerate(f.params)}
         bufs = ", ".join(f"ptr noalias %b{k}" for k in range(len(f.params)))
         dims = "".join(f", i64 %d{k}" for k in range(len(f.dim_vars)))
-        body = self._body_fn(f"{self.sym}.body", bufs + dims, parallel)
+        err = ", ptr %err" if self.checks else ""
+        body = self._body_fn(f"{self.sym}.body", bufs + dims + err, parallel)
         return "\n\n".join([body, self._omp_fn(), self._entry_fn(parallel)])
 
     def _body_fn(self, name, params, parallel) -> str:
@@ -109,6 +114,9 @@ class KernelEmitter:
         for k, d in enumerate(self.f.dim_vars):
             p = fn.val("ptr", f"getelementptr i64, ptr {args_ptr}, i64 {len(self.f.params) + k}")
             vals.append("i64 " + fn.val("i64", f"load i64, ptr {p}"))
+        if self.checks:
+            p = fn.val("ptr", f"getelementptr i64, ptr {args_ptr}, i64 {len(self.f.params) + len(self.f.dim_vars)}")
+            vals.append("ptr " + fn.val("ptr", f"load ptr, ptr {p}"))
         return vals
 
     def _omp_fn(self) -> str:
@@ -158,7 +166,10 @@ class KernelEmitter:
     def _entry_fn(self, parallel: bool) -> str:
         fn = self.fn = _Fn()
         vals = self._arg_list("%args", fn)
-        self.env = {d: v.split()[1] for d, v in zip(self.f.dim_vars, vals[len(self.f.params):])}
+        self.env = {d: v.split()[1] for d, v in zip(self.f.dim_vars, vals[len(self.f.params):])
+                    if v.startswith("i64")}
+        if self.f.zero_outputs:
+            self._zero_outputs(vals)
         if not parallel:
             fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 0, i64 0)")
             fn.emit("ret void")
@@ -200,6 +211,17 @@ class KernelEmitter:
             fn.emit("ret void")
         return "\n".join([f"define void @{self.sym}(ptr %args) {{\nentry:"] + fn.lines + ["}"])
 
+    def _zero_outputs(self, vals: list) -> None:
+        """memset the outputs to 0 before the loops (``PrimFunc.zero_outputs``)."""
+        fn, f = self.fn, self.f
+        self.helpers_used.add("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+        for k in range(len(f.params) - f.n_outputs, len(f.params)):
+            b = f.params[k]
+            size = str(np.dtype(b.dtype).itemsize)
+            for d in b.shape:
+                size = fn.val("i64", f"mul i64 {size}, {self._expr(from_sympy(d))}")
+            fn.emit(f"call void @llvm.memset.p0.i64({vals[k]}, i8 0, i64 {size}, i1 false)")
+
     def _work(self) -> str:
         """Elements touched, a proxy for the run time that decides whether threads pay off."""
         total = "0"
@@ -222,7 +244,7 @@ class KernelEmitter:
             v = self._expr(s.value)
             if s.buffer.dtype == BOOL:
                 v = fn.val("i8", f"zext i1 {v} to i8")
-            ptr = self._addr(s.buffer, s.index)
+            ptr = self._addr(s.buffer, s.index, s)
             fn.emit(f"store {memty(s.buffer.dtype)} {v}, ptr {ptr}")
         elif isinstance(s, Local):
             slot = f"%l.{s.var.name}.{fn.n}"
@@ -279,16 +301,39 @@ class KernelEmitter:
         else:
             self.env[s.var.name] = saved
 
-    def _addr(self, b, index) -> str:
+    def _addr(self, b, index, node=None) -> str:
         fn = self.fn
         lin = None
-        for i, st in zip(index, self.strides[b.name]):
+        for ax, (i, st) in enumerate(zip(index, self.strides[b.name])):
             v = self._expr(i)
+            k = self.checks.get((id(node), ax))
+            if k is not None:
+                self._check_index(v, self._expr(from_sympy(b.shape[ax])), k)
             if st is not None:
                 v = fn.val("i64", f"mul nsw i64 {v}, {st}")
             lin = v if lin is None else fn.val("i64", f"add nsw i64 {lin}, {v}")
         lin = lin or "0"
         return fn.val("ptr", f"getelementptr inbounds {memty(b.dtype)}, ptr {self.bufname[b.name]}, i64 {lin}")
+
+    def _check_index(self, v: str, n: str, k: int) -> None:
+        """``v`` in [0, n), else the first failing access fills the error record and the
+        body returns (the other chunks of a parallel loop finish; the caller raises)."""
+        fn = self.fn
+        bad = fn.val("i1", f"icmp uge i64 {v}, {n}")
+        oob, ok, leave = fn.label("oob"), fn.label("inb"), fn.label("oobret")
+        fn.emit(f"br i1 {bad}, label %{oob}, label %{ok}")
+        fn.start_block(oob)
+        won = fn.val("{ i64, i1 }", f"cmpxchg ptr %err, i64 0, i64 {k + 1} monotonic monotonic")
+        won = fn.val("i1", f"extractvalue {{ i64, i1 }} {won}, 1")
+        rec = fn.label("oobrec")
+        fn.emit(f"br i1 {won}, label %{rec}, label %{leave}")
+        fn.start_block(rec)
+        fn.emit(f"store i64 {v}, ptr {fn.val('ptr', 'getelementptr i64, ptr %err, i64 1')}")
+        fn.emit(f"store i64 {n}, ptr {fn.val('ptr', 'getelementptr i64, ptr %err, i64 2')}")
+        fn.emit(f"br label %{leave}")
+        fn.start_block(leave)
+        fn.emit("ret void")
+        fn.start_block(ok)
 
     # -- expressions ---------------------------------------------------------------------
     def _expr(self, e) -> str:
@@ -301,7 +346,7 @@ class KernelEmitter:
                 return fn.val(ty, f"load {ty}, ptr {slot}")
             return self.env[e.name]
         if isinstance(e, Load):
-            ptr = self._addr(e.buffer, e.index)
+            ptr = self._addr(e.buffer, e.index, e)
             v = fn.val("", f"load {memty(e.dtype)}, ptr {ptr}")
             if e.dtype == BOOL:
                 v = fn.val("i1", f"icmp ne i8 {v}, 0")

@@ -10,6 +10,7 @@ import logging
 import os
 import tempfile
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 
@@ -51,12 +52,29 @@ _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and se
 CODEGEN_VERSION = "1"
 
 _SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
-_ENGINES: dict = {}        # (native, sha256 of text) -> CompiledModule | SharedModule
-_KERNELS: dict = {}        # (native, symbol) -> (module, text)
+# Compiled modules are shared while something uses them: the executables hold their modules
+# (kernels and segments), these maps only find a live one again.  A module no executable
+# holds any more is freed: an MCJIT engine with its machine code, a shared library closed
+# (1000 dropped functions kept 200 MiB).  Whoever holds an address into a module holds the
+# module: an executable its kernels' and segments', a segment module only exists while an
+# executable holding the kernels it was linked against does.
+_ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, sha256 of text) -> module
+_KERNELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, symbol) -> module
 _LOCK = threading.RLock()
 _RUNTIME: list = []        # the loaded runtime SharedModule, once
 _NATIVE_FAILED: list = []  # the error that made shared libraries unusable in this process
 log = logging.getLogger("relaxjax.llvm")
+
+
+def _serial_after_fork() -> None:
+    """In a child made by ``fork`` after the parent ran an OpenMP team: libgomp's thread
+    pool is not fork-safe (the child's first ``GOMP_parallel`` waits forever for workers
+    that were not copied), so the child runs every kernel on its calling thread, through
+    the busy-machine rule's flag, which no team in the child will ever lower."""
+    _set_global("rj_serial_until", (1 << 63) - 1)
+
+
+os.register_at_fork(after_in_child=_serial_after_fork)
 
 
 def set_num_threads(n: int) -> None:
@@ -153,31 +171,24 @@ class SharedModule:
         self._optimized = None
         parts = cache_key_parts(text)
         self.lib = None
-        path = cache.get_path("llvm", parts, ".so")
-        if path is not None:
+        data = cache.get("llvm", parts, ".so")
+        if data is not None:
             try:
-                self.lib = ctypes.CDLL(path, mode=mode)
+                self.lib = _load_private(data, mode)
             except OSError as e:      # valid file, but not loadable here: rebuild it
-                log.warning("relaxjax: cannot load cached %s (%s); compiling again", path, e)
+                log.warning("relaxjax: cannot load a cached library (%s); compiling again", e)
         self.from_cache = self.lib is not None
         if self.lib is None:
             tm = target.pic_target_machine()
             mod = _optimize(text, tm)
             self._optimized = str(mod)
             data = target.link_shared(tm.emit_object(mod))
-            path = cache.put("llvm", parts, data, ".so")
-            if path is not None:
-                self.lib = ctypes.CDLL(path, mode=mode)
-            else:                     # cache not writable: load a private copy
-                fd, path = tempfile.mkstemp(prefix="relaxjax-", suffix=".so")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    self.lib = ctypes.CDLL(path, mode=mode)
-                finally:
-                    os.unlink(path)
-        self.path = path
+            cache.put("llvm", parts, data, ".so")
+            self.lib = _load_private(data, mode)
         self.functions = {n: _SEGMENT(self.address(n)) for n in entry_names}
+        # closed once no executable holds this module (see _ENGINES); glibc keeps it mapped
+        # while a library loaded later still binds to its symbols
+        weakref.finalize(self, _dlclose, self.lib._handle).atexit = False
 
     def address(self, name: str) -> int:
         return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
@@ -193,6 +204,36 @@ class SharedModule:
     def assembly(self) -> str:
         with _LOCK:
             return target.pic_target_machine().emit_assembly(llvm.parse_assembly(self.optimized))
+
+
+def _load_private(data: bytes, mode: int) -> ctypes.CDLL:
+    """``dlopen`` a private copy of a shared library, unlinked once loaded: the cache entry
+    is shared with other processes, and one that truncates or rewrites it in place would
+    pull the pages from under code mapped from it (SIGBUS at the next call).  The copy goes
+    next to the cache entries (a file system known to allow executable mappings), else to
+    the temporary directory."""
+    dirs = [str(cache.cache_dir() / "llvm"), tempfile.gettempdir()]
+    err: OSError | None = None
+    for d in dirs:
+        try:
+            fd, path = tempfile.mkstemp(prefix=cache.TMP_PREFIX + "load-", suffix=".so", dir=d)
+        except OSError as e:
+            err = e
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return ctypes.CDLL(path, mode=mode)
+        except OSError as e:
+            err = e
+        finally:
+            os.unlink(path)
+    raise err
+
+
+def _dlclose(handle: int) -> None:
+    import _ctypes
+    _ctypes.dlclose(handle)
 
 
 def cache_key_parts(text: str) -> tuple:
@@ -242,10 +283,10 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
     with _LOCK:
         hit = _KERNELS.get((native, sym))
     if hit is not None:
-        return hit[0], sym, f"; {f.name}\n" + text
+        return hit, sym, f"; {f.name}\n" + text
     cm = compile_llvm(text, [], native, exports=True)
     if not native:        # a shared library's symbols resolve through the dynamic linker
         llvm.add_symbol(sym, cm.address(sym))
     with _LOCK:
-        _KERNELS[(native, sym)] = (cm, text)
+        _KERNELS[(native, sym)] = cm
     return cm, sym, f"; {f.name}\n" + text

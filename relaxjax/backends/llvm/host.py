@@ -15,14 +15,15 @@ import numpy as np
 
 from ... import tir
 from ...tir import INDEX, Const, from_sympy
+from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
 from .irtypes import llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
-# a segment's status for a gather index out of range (below it: the call's position + 1
-# << 32, as for a failing library call)
+# a segment's status for a failing host check, such as a gather index out of range (below
+# it: the call's position + 1 << 32, as for a failing library call)
 INDEX_ERROR = 1 << 62
 
 # CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
@@ -81,14 +82,16 @@ class SegmentEmitter(KernelEmitter):
         self.env = {}
         p = fn.val("ptr", f"getelementptr i8, ptr %dims, i64 {ARRAY_DATA_OFFSET}")
         dims = fn.val("ptr", f"load ptr, ptr {p}")
+        # the error record of kernels that check indices read from data: after the dims
+        self.err = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {len(self.dim_slot)}")
         for name, s in self.dim_slot.items():
             p = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {s}")
             self.env[name] = fn.val("i64", f"load i64, ptr {p}")
         for k, b in enumerate(self.seg.calls):
             if b.kind == "tir":
                 if b.callee.host_checks:
-                    self._index_checks(b, k)
-                self._call_tir(b)
+                    self._host_checks(b, k)
+                self._call_tir(b, k)
             elif b.callee.name in GEMMS:
                 self._gemm(b)
             else:
@@ -106,12 +109,15 @@ class SegmentEmitter(KernelEmitter):
         data = fn.val("ptr", f"load ptr, ptr {p}")
         return fn.val("i64", f"ptrtoint ptr {data} to i64")
 
-    def _index_checks(self, b: Binding, k: int) -> None:
-        """A call's ``host_checks`` (gather indices read from data, each in [-n, n)) made
-        natively before it: a failing one returns ``INDEX_ERROR | (k + 1) << 32`` and the
-        runtime raises NumPy's IndexError from the buffers."""
+    def _host_checks(self, b: Binding, k: int) -> None:
+        """A call's ``host_checks`` made natively before it (gather indices read from data,
+        each in [-n, n); reduced axes not empty): a failing one returns
+        ``INDEX_ERROR | (k + 1) << 32`` and the runtime raises NumPy's error from the buffers."""
         fn = self.fn
         for kind, pos, size, axis in b.callee.host_checks:
+            if kind == "nonempty":
+                self._fail_if(fn.val("i1", f"icmp eq i64 {self._expr(from_sympy(size))}, 0"), k)
+                continue
             v = b.args[pos]
             ity = llty(v.type.dtype)
             ext = "zext" if v.type.dtype.kind == "u" else "sext"
@@ -143,18 +149,36 @@ class SegmentEmitter(KernelEmitter):
             fn.start_block(done)
         self.checked = True
 
-    def _call_tir(self, b: Binding) -> None:
+    def _call_tir(self, b: Binding, k: int) -> None:
+        """Call the kernel's entry with its argument array; a kernel that checks indices
+        read from data also gets the error record, read after the call (a failing check
+        returns ``INDEX_ERROR | (k + 1) << 32``)."""
         fn, f = self.fn, b.callee
-        n = len(f.params) + len(f.dim_vars)
+        checked = bool(data_index_checks(f))
+        n = len(f.params) + len(f.dim_vars) + checked
         arr = f"%args{fn.n}"
         fn.n += 1
         fn.entry_allocas.append(f"{arr} = alloca [{max(n, 1)} x i64]")
         values = [self._slot(v) for v in list(b.args) + list(b.outvars)] + \
                  [self.env[d] for d in f.dim_vars]
-        for k, v in enumerate(values):
-            p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {k}")
+        if checked:
+            values.append(fn.val("i64", f"ptrtoint ptr {self.err} to i64"))
+        for j, v in enumerate(values):
+            p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {j}")
             fn.emit(f"store i64 {v}, ptr {p}")
         fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
+        if checked:
+            self._fail_if(fn.val("i1", f"icmp ne i64 {fn.val('i64', f'load i64, ptr {self.err}')}, 0"), k)
+            self.checked = True
+
+    def _fail_if(self, cond: str, k: int) -> None:
+        """Return ``INDEX_ERROR | (k + 1) << 32`` (call ``k``'s check failed) when ``cond``."""
+        fn = self.fn
+        bad, ok = fn.label("chkbad"), fn.label("chkok")
+        fn.emit(f"br i1 {cond}, label %{bad}, label %{ok}")
+        fn.start_block(bad)
+        fn.emit(f"ret i64 {INDEX_ERROR | (k + 1) << 32}")
+        fn.start_block(ok)
 
     def _native_call(self, b: Binding, k: int) -> None:
         """``status = f(data, shapes, ndims, nargs)`` (the library ABI); a nonzero status

@@ -23,6 +23,7 @@ import numpy as np
 from ...compile.memplan import byte_size
 from ...ir import Binding, Var
 from ...shapes import eval_dim, is_symbolic
+from ...tir.index_checks import ERROR_RECORD
 from ..control_flow import ControlFlowRunner
 from .buffer_pool import POOL, _aligned_block
 from .runner_memory import POOL_MIN_BYTES
@@ -306,15 +307,16 @@ class NativeLoop:
         cond = self._cond_tuples(carry0, cond_consts, y, z, lay) if self.cond is not None else \
             (None, _NONE, _NONE, _NONE, _NONE, _NONE)
         drive, _ = self.driver
-        status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), lay.dims, idx, lo, hi,
+        dims = lay.dims.copy()
+        status = drive(self.seg_address, tuple(base), tuple(ta), tuple(tb), dims, idx, lo, hi,
                        int(self.reverse), xa, lay.x_numbers, len(xs), ya, lay.y_numbers, len(ys),
                        *cond)
         if status & COND_ERROR:
-            self.cond._library_error(0, status & ~COND_ERROR, list(cond[1]), D)
+            self.cond._library_error(0, status & ~COND_ERROR, list(cond[1]), D, cond[4])
         elif status:
             # which tuple the failing iteration used does not matter for the message:
             # the index buffers are the body's own (or loop-invariant) values
-            self.body._library_error(0, status, base, D)
+            self.body._library_error(0, status, base, D, dims)
         if lay.frame_bytes <= KEEP_FRAME_BYTES:
             lay.frames.append(frame)
         count = int(idx) if self.cond is not None else hi - lo
@@ -353,7 +355,7 @@ class NativeLoop:
         ca, cb = list(c0), list(c0)
         for k in self.fresh:
             ca[slot[params[k]]], cb[slot[params[k]]] = y[k], z[k]
-        return (self.cond_address, tuple(c0), tuple(ca), tuple(cb), lay.cond_dims,
+        return (self.cond_address, tuple(c0), tuple(ca), tuple(cb), lay.cond_dims.copy(),
                 c0[slot[cond.fn.results[0]]])
 
 
@@ -370,7 +372,9 @@ def _template(exe) -> list:
 
 
 def _dims_array(exe, D: dict) -> np.ndarray:
-    dims = np.zeros(max(len(exe.dim_names), 1), np.int64)
+    """A region's dims, then the record a failing index check fills (see tir.index_checks):
+    copied for each run, so that no run sees another's record."""
+    dims = np.zeros(len(exe.dim_names) + ERROR_RECORD, np.int64)
     for name, k in exe.dim_slot.items():
         dims[k] = D[name]
     return dims

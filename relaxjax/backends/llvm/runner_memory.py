@@ -29,7 +29,8 @@ class RunnerMemory:
 
     * planned intermediates: views ``np.ndarray(shape, dtype, storage, offset)``.  With a
       workspace (the plan bounds every storage) the storages are fixed offsets in one block
-      per executable and thread (``threading.local``), allocated at the thread's first call;
+      per executable and thread (``threading.local``), allocated at the thread's first call
+      (and again by a call made while one runs on the thread, which must not share it);
       the views of statically shaped values are made then too and reused.  Without one each
       storage is sized per call: large ones come from ``POOL`` and go back at the end of the
       call, small ones are not worth a view and their values get plain ``np.empty``.
@@ -58,7 +59,6 @@ class RunnerMemory:
             def new_ws():
                 ws = block(nbytes)
                 w = (ws,) + tuple(nd(shape, dtype, ws, off) for shape, dtype, off in specs)
-                tls.w = w
                 st[_ALLOC_TMP] += 1
                 return w
             g["_tls"], g["_new_ws"] = tls, new_ws
@@ -91,8 +91,11 @@ class RunnerMemory:
         L = [f"  _a0 = _st[{_ALLOC_TMP}]; _o0 = _st[{_ALLOC_OUT}]", "  _na = _no = 0"]
         self.sizes: dict = {}        # symbolic byte size over the input dims -> its local
         if self.workspace:
-            return L + ["  try:", "    _W = _tls.w", "  except AttributeError:", "    _W = _new_ws()",
-                        "  _ws = _W[0]"]
+            # a call takes the thread's workspace and gives it back at its end: a call made
+            # while it runs (the function again, from a Python library callback) finds none
+            # and gets its own, rather than overwriting the outer call's intermediates
+            return L + ["  _W = getattr(_tls, 'w', None)", "  if _W is None:", "    _W = _new_ws()",
+                        "  else:", "    _tls.w = None", "  _ws = _W[0]"]
         inputs = set(self.exe.fn.dim_vars)
         for v in self.plan.unplanned:           # result sizes, computed once
             n = byte_size(v)
@@ -153,6 +156,8 @@ class RunnerMemory:
 
     def epilogue(self) -> list:
         L = []
+        if self.workspace:
+            L.append("  _tls.w = _W")
         if not self.workspace and self.plan.storages and self.pooled:
             L.append(f"  if _pooled: _give({', '.join(f'_s{s.index}' for s in self.plan.storages)},)")
         L += [f"  _st[{_ALLOC_TMP}] += _na; _st[{_ALLOC_OUT}] += _no; _st[{_CALLS}] += 1",

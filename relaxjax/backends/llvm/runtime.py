@@ -12,7 +12,8 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
-from ...library import BUILTIN, lookup
+from ...lax.tir_interp import check_host
+from ...library import BUILTIN, lookup, read_only
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
 from . import runner_memory, target
@@ -21,6 +22,7 @@ from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_kernel, compile_l
                      set_num_threads)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
+from ...tir.index_checks import ERROR_RECORD, index_error
 from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
 from .native_loop import LLVMControlFlow
 
@@ -154,7 +156,7 @@ class LLVMExecutable(Executable):
         bound = [s.name for s in self.fn.dim_vars]
         for n in bound:
             L.append(f"  {local[n]} = D[{n!r}]")
-        L.append(f"  _dims = np.zeros({max(len(names), 1)}, _int64)")
+        L.append(f"  _dims = np.zeros({len(names) + ERROR_RECORD}, _int64)")     # dims, error record
         if bound:
             L.append(f"  _dims[:{len(bound)}] = [{', '.join(local[n] for n in bound)}]")
         L.append(f"  _b = [None] * {len(self.slot_of)}")
@@ -182,7 +184,7 @@ class LLVMExecutable(Executable):
                 g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 if st.name in self.fallible:
                     L.append(f"  _r = _seg{si}(tuple(_b), _dims)")
-                    L.append(f"  if _r: _liberr({si}, _r, _b, D)")
+                    L.append(f"  if _r: _liberr({si}, _r, _b, D, _dims)")
                 else:
                     L.append(f"  _seg{si}(tuple(_b), _dims)")
             else:
@@ -236,30 +238,30 @@ class LLVMExecutable(Executable):
         }
         return out
 
-    def _check_indices(self, b: Binding, bufs: list, D: dict) -> None:
-        """NumPy's IndexError for a gather index out of range (the message names it)."""
-        for kind, pos, size, axis in b.callee.host_checks:
-            idx = bufs[self.slot_of[b.args[pos]]]
-            n = _eval(size, D)
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                bad = idx.min() if idx.min() < -n else idx.max()
-                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    def _check_host(self, b: Binding, bufs: list, D: dict) -> None:
+        """NumPy's error for a failing host check: a gather index out of range (IndexError,
+        naming it), an empty axis of a reduction without identity (ValueError)."""
+        check_host(b.callee, lambda pos: bufs[self.slot_of[b.args[pos]]], D, _eval)
 
     def _library_call(self, step: int, bufs: list, D: dict) -> None:
         """A library call with a Python cpu implementation: ``f(*inputs, *outputs)``."""
         b: Binding = self.steps[step].binding
         impl = lookup(b.callee.name)
-        args = [bufs[self.slot_of[a]] for a in list(b.args) + list(b.outvars)]
+        args = [read_only(bufs[self.slot_of[a]]) for a in b.args] + [bufs[self.slot_of[v]] for v in b.outvars]
         status = impl.cpu_python(*args)
         if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status:
             impl.raise_status(status)
 
-    def _library_error(self, step: int, r: int, bufs=None, D=None) -> None:
-        """A segment stopped at a failing native library call or at a gather index out of
-        range: raise its error."""
+    def _library_error(self, step: int, r: int, bufs=None, D=None, dims=None) -> None:
+        """A segment stopped at a failing native library call, a failing host check or an
+        index read from data out of range (its error record follows the dims): raise its
+        error."""
         b: Binding = self.steps[step].calls[((r & ~INDEX_ERROR) >> 32) - 1]
         if r & INDEX_ERROR:
-            self._check_indices(b, list(bufs), D)     # names the index, axis and size
+            record = None if dims is None else dims[len(self.dim_names):]
+            if record is not None and record[0]:
+                raise index_error(b.callee, record)
+            self._check_host(b, list(bufs), D)     # names the index, axis and size
             # (a native loop's failing iteration read another carry than the buffers given)
             raise IndexError(f"an index is out of bounds in {b.callee.name}")
         status = ctypes.c_int32(r & 0xFFFFFFFF).value
