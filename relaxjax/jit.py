@@ -278,7 +278,7 @@ class Jitted:
                 if entry is not None:
                     self._hits += 1
                     self._touch((key, shapes))
-                    return entry.fast_run((), args)
+                    return entry.run((), args)
                 for entry in self._fast.get(key, ()):
                     dims = entry.binder(shapes)
                     if type(dims) is tuple:

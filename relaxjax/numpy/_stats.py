@@ -401,7 +401,7 @@ def _quantile(a, q, axis, out, method, keepdims, weights, interpolation, name, p
             gamma = reshape(gamma, (*qshape, *(1,) * rnd))
         lo, hi = take(s, pi, axis=0), take(s, ni, axis=0)
         diff = subtract(hi, lo)
-        rest_w = 1 - gamma if isinstance(gamma, float) else subtract(1, gamma)   # stays weak
+        rest_w = 1 - gamma if isinstance(gamma, float) else subtract.as_operator(1, gamma)  # stays weak
         r = where_values(greater_equal(gamma, 0.5), subtract(hi, multiply(diff, rest_w)),
                          add(lo, multiply(diff, gamma)))
     r = _nan_fill(s, r, len(qshape))
