@@ -8,12 +8,10 @@ import textwrap
 import time
 import traceback
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
 from .._core import arrays_for
-from .check import Failure, check_program, difference_kind
+from .check import Failure, check_program, difference_kind, search
 from .generate import programs
 from .features import FeatureCase, fuzz_features
 from .minimize import minimize, reproducer
@@ -25,8 +23,6 @@ def fuzz(n_programs: int, *, seed: int | None = None, backends=None, modes=("exp
     """Run one hypothesis search over ``n_programs`` programs; raises the :class:`Failure` of
     the first failing program, shrunk by hypothesis (``shrink``) and then by
     :func:`minimize` for up to ``minimize_s`` seconds."""
-    last: list = []
-
     @st.composite
     def case(draw):
         prog = draw(programs(min_ops=min_ops, max_ops=max_ops))
@@ -35,29 +31,15 @@ def fuzz(n_programs: int, *, seed: int | None = None, backends=None, modes=("exp
                 for _ in range(input_sets)]
         return prog, sets
 
-    @settings(max_examples=n_programs, deadline=None, database=database,
-              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
-              verbosity=Verbosity.quiet,
-              phases=list(Phase) if shrink else [p for p in Phase if p != Phase.shrink])
-    @given(case())
-    def run(c):
-        prog, sets = c
-        if on_program is not None:
-            on_program(prog)
-        try:
-            check_program(prog, sets, backends, modes)
-        except Failure as f:
-            last[:] = [f]
-            raise
-    if seed is not None:
-        run = hseed(seed)(run)
     try:
-        run()
-    except Failure as e:
-        f = last[0] if last else e
+        search(case(), lambda c: check_program(c[0], c[1], backends, modes), n_programs, seed=seed,
+               database=database, shrink=shrink,
+               on_draw=None if on_program is None else lambda c: on_program(c[0]))
+    except Failure as f:
         if minimize_s > 0:
             f = minimize(f, minimize_s)
-        raise f from f.__cause__
+            raise f from f.__cause__
+        raise
 
 
 def _signature_of(f: Failure) -> str:

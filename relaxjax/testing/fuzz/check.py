@@ -3,6 +3,8 @@ the :class:`Failure` it raises."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hseed
 
 from .._core import assert_tree_close
 from ...backends import available_backends
@@ -81,3 +83,31 @@ def check_program(prog: Program, input_sets: list, backends=None, modes=("explic
                 msg = (f"{backend} backend, {mode} mode {kind}: {e}\n"
                        f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
                 raise Failure(msg, prog, arrays, dims, backend, mode) from e
+
+
+def search(strategy, check, n: int, *, seed=None, database=None, shrink: bool = False,
+           on_draw=None) -> None:
+    """One hypothesis search: ``check(drawn)`` on ``n`` draws of ``strategy``; raises the
+    :class:`Failure` of the first failing draw (shrunk by hypothesis with ``shrink``)."""
+    last: list = []
+
+    @settings(max_examples=n, deadline=None, database=database, print_blob=False,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+              verbosity=Verbosity.quiet,
+              phases=list(Phase) if shrink else [p for p in Phase if p != Phase.shrink])
+    @given(strategy)
+    def run(drawn):
+        if on_draw is not None:
+            on_draw(drawn)
+        try:
+            check(drawn)
+        except Failure as f:
+            last[:] = [f]
+            raise
+    if seed is not None:
+        run = hseed(seed)(run)
+    try:
+        run()
+    except Failure as e:
+        f = last[0] if last else e
+        raise f from f.__cause__

@@ -23,12 +23,10 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
 from .._core import arrays_for, assert_tree_close
-from .check import Failure, _compare, targets
+from .check import Failure, _compare, search, targets
 from .generate import programs
 
 # statics that are == to another of the list but are not the same value or type
@@ -247,24 +245,5 @@ def fuzz_features(n_cases: int, *, seed: int | None = None, backends=None, max_o
                   on_case=None, database=None) -> None:
     """One hypothesis search over ``n_cases`` feature cases; raises the :class:`Failure` of
     the first failing one (not shrunk: each attempt compiles)."""
-    last: list = []
-
-    @settings(max_examples=n_cases, deadline=None, database=database, print_blob=False,
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-              verbosity=Verbosity.quiet, phases=[p for p in Phase if p != Phase.shrink])
-    @given(feature_cases(max_ops))
-    def run(case):
-        if on_case is not None:
-            on_case(case)
-        try:
-            case.check(backends)
-        except Failure as f:
-            last[:] = [f]
-            raise
-    if seed is not None:
-        run = hseed(seed)(run)
-    try:
-        run()
-    except Failure as e:
-        f = last[0] if last else e
-        raise f from f.__cause__
+    search(feature_cases(max_ops), lambda case: case.check(backends), n_cases, seed=seed,
+           database=database, on_draw=on_case)
