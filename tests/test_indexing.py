@@ -266,3 +266,16 @@ def test_symbolic_index_needs_known_sign():
     big = rj.dim("big", min=6)
     ir = str(rj.make_ir(lambda x: x[5], shapes=(S((big,), "float32"),))(S((big,), "float32")))
     assert "-> f32[]" in ir
+
+
+@pytest.mark.parametrize("sl", [slice(0, -1, -1), slice(None, -1, -1), slice(0, -2, -1), slice(-1, 0, -1),
+                                slice(1, None, -2), slice(2, 0, -1)])
+def test_negative_step_slices_empty_at_small_sizes(sl):
+    """A negative-step slice that is empty at some sizes (x[0:-1:-1] at n = 1) traces in
+    automatic mode, reads and updates as NumPy at every size (found by hypothesis in CI)."""
+    for n in (1, 2, 3, 7):
+        x = np.arange(float(n))
+        assert_same(rj.jit(lambda x: x[sl])(x), x[sl])
+        want = x.copy()
+        want[sl] += 1.0
+        assert_same(rj.jit(lambda x: x.at[sl].add(1.0))(x), want)
