@@ -298,3 +298,23 @@ def test_long_elementwise_chains_fuse_in_bounded_programs(length):
     programs = jf.lower(x).compile().as_text("optimized").count("call_tir(")
     # 2 bindings per op: one program per MAX_FUSED_DEPTH of them
     assert programs == -(-2 * length // MAX_FUSED_DEPTH), programs
+
+
+@given(n=SIZES, k=st.integers(0, 8))
+@settings(max_examples=10, deadline=None)
+def test_gather_with_computed_indices_fuses_with_its_consumers(n, k):
+    """A gather whose indices the same group would compute (``r[clip(k - 1 - i, 0, n - 1)]``,
+    durbin's reversed prefix) cannot range-check them inside one program: it starts its own
+    group, and its elementwise consumers still fuse with it."""
+    def f(r, k):
+        i = rnp.arange(r.shape[0])
+        rev = np.clip(k - 1 - i, 0, r.shape[0] - 1)
+        return np.where(i < k, r[rev] * 2.0 + 1.0, 0.0)
+    r = np.linspace(-1.0, 1.0, n)
+    i = np.arange(n)
+    want = np.where(i < k, r[np.clip(k - 1 - i, 0, n - 1)] * 2.0 + 1.0, 0.0)
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(r, np.int64(k)), want)
+    text = rj.jit(f).lower(r, np.int64(k)).compile().as_text("optimized")
+    gathers = [line for line in text.splitlines() if "take" in line]
+    assert len(gathers) == 1 and "fused_" in gathers[0] and "mul" in gathers[0], text

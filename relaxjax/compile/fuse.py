@@ -65,6 +65,7 @@ READ_ONCE = {"concatenate", "pad", "slice", "update_slice", "dynamic_update_slic
 # chain) would exhaust Python's recursion limit; it splits into programs of at most this
 # many levels, with one stored intermediate between them.
 MAX_FUSED_DEPTH = 64
+GATHERS = ("take", "take_along_axis")
 
 
 class _Group:
@@ -92,6 +93,13 @@ class _Fuser:
         self.group_of: dict = {}      # Var -> group id
         self.uses = _uses(fn)
         self.depth: dict = {}         # Var -> its chain length within its group
+
+    def index_inside(self, b: Binding, gids: set) -> bool:
+        """Whether ``b`` is a gather whose indices groups ``gids`` compute: a fused program
+        range-checks the indices it reads as an input buffer, not ones it computes, so such
+        a gather cannot join them (it starts a group of its own, the rest still fuses)."""
+        return b.kind == "primitive" and b.callee.name in GATHERS and \
+            isinstance(b.args[1], Var) and self.group_of.get(b.args[1]) in gids
 
     def chain(self, g: _Group, b: Binding) -> int:
         """The chain length of ``b`` computed in group ``g``."""
@@ -238,7 +246,7 @@ class _Fuser:
                     g = self.groups[gid]
                     others = [h for h in producers if h != gid]
                     if self.chain(g, b) <= MAX_FUSED_DEPTH and self.fits(g, b, pattern, index) and \
-                            not any(self.reaches(gid, h) for h in others):
+                            not self.index_inside(b, {gid}) and not any(self.reaches(gid, h) for h in others):
                         target = g
                         break
             if target is None:
@@ -260,6 +268,7 @@ class _Fuser:
                 for h in producers:          # sibling row-wise groups over the same rows,
                     # or elementwise siblings of one count (the shifted slices of a stencil)
                     if h != target.id and target.depth + self.groups[h].depth <= MAX_FUSED_DEPTH and \
+                            not any(self.index_inside(self.fn.bindings[m], {h}) for m in target.members) and \
                             (self.mergeable(target, self.groups[h]) or
                              self.siblings(target, self.groups[h], index)):
                         self.merge(target, self.groups[h])
