@@ -68,6 +68,16 @@ def _burn(stop):
         x += 1
 
 
+def _host_driven(fn, time_it) -> float:
+    """``time_it(jitted fn)`` with every loop on the host driver (no native plan)."""
+    plan = native_loop.NativeLoop.plan
+    native_loop.NativeLoop.plan = staticmethod(lambda *a: None)
+    try:
+        return time_it(rj.jit(fn))
+    finally:
+        native_loop.NativeLoop.plan = plan
+
+
 def run(label: str) -> list:
     rows = []
     for name, step, shapes, steps in CASES:
@@ -80,13 +90,7 @@ def run(label: str) -> list:
             assert np.allclose(native(a, k), want)
             t_np = _median(lambda: numpy_loop(step)(a, t))
             t_nat = _median(lambda: native(a, k))
-            plan = native_loop.NativeLoop.plan
-            native_loop.NativeLoop.plan = staticmethod(lambda *a: None)
-            try:
-                hosted_fresh = rj.jit(relaxjax_loop(step))
-                t_host = _median(lambda: hosted_fresh(a, k))
-            finally:
-                native_loop.NativeLoop.plan = plan
+            t_host = _host_driven(relaxjax_loop(step), lambda f: _median(lambda: f(a, k)))
             rows.append((label, name, "x".join(map(str, shape)), t, t_np / t * 1e6, t_nat / t * 1e6,
                          t_host / t * 1e6, t_np / t_nat))
     return rows
@@ -118,13 +122,7 @@ def run_scan(label: str) -> list:
         m = min(n, 20000)
         t_np = _median(lambda: iir_numpy(x[:m], 0.9), reps=3) / m
         t_nat = _median(lambda: native(x, 0.9)) / n
-        plan = native_loop.NativeLoop.plan
-        native_loop.NativeLoop.plan = staticmethod(lambda *a: None)
-        try:
-            hosted = rj.jit(iir_relaxjax)
-            t_host = _median(lambda: hosted(x[:m], 0.9), reps=3) / m
-        finally:
-            native_loop.NativeLoop.plan = plan
+        t_host = _host_driven(iir_relaxjax, lambda f: _median(lambda: f(x[:m], 0.9), reps=3)) / m
         rows.append((label, "IIR filter (scan)", str(n), n, t_np * 1e6, t_nat * 1e6, t_host * 1e6, t_np / t_nat))
     return rows
 

@@ -138,12 +138,13 @@ def install(rnp) -> None:
             "eq": rnp.equal, "ne": rnp.not_equal}
     for name, fn in cmps.items():
         setattr(Tracer, f"__{name}__", lambda a, b, fn=fn: fn(a, b))
-    Tracer.__neg__ = lambda a: _operator(rnp.negative)(a)
+    neg, absolute, invert = _operator(rnp.negative), _operator(rnp.abs), _operator(rnp.invert)
+    Tracer.__neg__ = lambda a: neg(a)
     Tracer.__pos__ = lambda a: rnp.positive(a)
     # like ndarray.__pow__, x ** 2 is square (bool ** 2 -> int8, as in NumPy)
     Tracer.__pow__ = lambda a, b: rnp.square(a) if type(b) in (int, float) and b == 2 else rnp.power(a, b)
-    Tracer.__abs__ = lambda a: _operator(rnp.abs)(a)
-    Tracer.__invert__ = lambda a: _operator(rnp.invert)(a)
+    Tracer.__abs__ = lambda a: absolute(a)
+    Tracer.__invert__ = lambda a: invert(a)
     Tracer.__getitem__ = lambda a, idx: getitem(a, idx)
     Tracer.__setitem__ = setitem                 # x[i] = v rebinds x (functional update)
     Tracer.at = property(IndexUpdateHelper)      # JAX's x.at[i].set(v), .add(v), ...

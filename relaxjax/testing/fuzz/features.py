@@ -84,7 +84,7 @@ class FeatureCase:
     # -- user kernels with data-dependent indices --------------------------------------
     def _check_kernel(self, backends) -> None:
         import relaxjax as rj
-        kern = _kernel(self.data["name"], self.source)
+        kern = _kernel(self.data["name"], self.data["kernel_source"])
         args, out = self.data["args"], self.data["out"]
         out_struct = rj.ShapeDtypeStruct(out[0], out[1])
 
@@ -233,11 +233,10 @@ def _kernel(name: str, source: str):
     """The ``rj.kernel`` of generated source (registered with linecache, where the kernel
     parser reads a function's source from)."""
     import relaxjax as rj
-    src = source.split("# inputs:")[0]
-    filename = f"<relaxjax fuzz kernel {abs(hash(src)):x}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    filename = f"<relaxjax fuzz kernel {abs(hash(source)):x}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     ns: dict = {"rj": rj, "math": math}
-    exec(compile(src, filename, "exec"), ns)    # noqa: S102 (generated)
+    exec(compile(source, filename, "exec"), ns)    # noqa: S102 (generated)
     return rj.kernel(ns[name])
 
 
