@@ -100,6 +100,11 @@ class TraceContext:
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
         self.captured: dict = {}        # id(outer tracer) -> (outer tracer, inner Var)
+        # bindings computed from scalar constants alone (iota, zeros): a region that uses
+        # one recomputes it rather than capturing it, so that its loops see the values
+        # (an ``arange`` compared with the loop index bounds a reduction) and fuse them
+        self.generators: dict = {}      # Var -> its Binding
+        self._recomputed: dict = {}     # id(outer tracer) -> (outer tracer, inner Var)
         self._consts: dict = {}         # id(outside array) -> (array, its snapshot Literal)
 
     def __enter__(self):
@@ -161,8 +166,17 @@ class TraceContext:
     def _capture(self, x: "Tracer") -> Var:
         """A value of an enclosing trace used in this region: a parameter of the region,
         passed in by the binding that runs it (closure conversion)."""
-        hit = self.captured.get(id(x))
+        hit = self.captured.get(id(x)) or self._recomputed.get(id(x))
         if hit is None:
+            gen = x.ctx.generators.get(x.atom)
+            if gen is not None:          # recomputed here: see ``generators``
+                outs = [Var(v.type, v.hint) for v in gen.outvars]
+                b = Binding(outs, gen.callee, list(gen.args), dict(gen.params), gen.source)
+                self.bindings.append(b)
+                for v in outs:
+                    self.generators[v] = b
+                hit = self._recomputed[id(x)] = (x, outs[gen.outvars.index(x.atom)])
+                return hit[1]
             hit = self.captured[id(x)] = (x, Var(x.type, "captured"))
         return hit[1]
 
@@ -219,7 +233,11 @@ class TraceContext:
             _add_location(e)
             raise
         outvars = [Var(t) for t in out_types]
-        self.bindings.append(Binding(outvars, prim, atoms, params, user_source()))
+        b = Binding(outvars, prim, atoms, params, user_source())
+        self.bindings.append(b)
+        if prim.kind != "control" and all(isinstance(a, Literal) and a.type.ndim == 0 for a in atoms):
+            for v in outvars:
+                self.generators[v] = b
         outs = [Tracer(self, v) for v in outvars]
         return outs if prim.multiple_results else outs[0]
 

@@ -302,19 +302,42 @@ def test_long_elementwise_chains_fuse_in_bounded_programs(length):
 
 @given(n=SIZES, k=st.integers(0, 8))
 @settings(max_examples=10, deadline=None)
-def test_gather_with_computed_indices_fuses_with_its_consumers(n, k):
-    """A gather whose indices the same group would compute (``r[clip(k - 1 - i, 0, n - 1)]``,
-    durbin's reversed prefix) cannot range-check them inside one program: it starts its own
-    group, and its elementwise consumers still fuse with it."""
+def test_gather_with_indices_in_range_by_construction_fuses_into_one_program(n, k):
+    """A gather whose indices the same group computes and which are in range by construction
+    (``r[clip(k - 1 - i, 0, n - 1)]``, durbin's reversed prefix; ``r[(i + 1) % n]``;
+    ``r[i // 2]``) needs no range check: index, gather and consumers are one program."""
     def f(r, k):
         i = rnp.arange(r.shape[0])
         rev = np.clip(k - 1 - i, 0, r.shape[0] - 1)
-        return np.where(i < k, r[rev] * 2.0 + 1.0, 0.0)
+        return np.where(i < k, r[rev] * 2.0 + 1.0, 0.0) + r[(i + 1) % r.shape[0]] - r[i // 2]
     r = np.linspace(-1.0, 1.0, n)
     i = np.arange(n)
-    want = np.where(i < k, r[np.clip(k - 1 - i, 0, n - 1)] * 2.0 + 1.0, 0.0)
+    want = np.where(i < k, r[np.clip(k - 1 - i, 0, n - 1)] * 2.0 + 1.0, 0.0) + r[(i + 1) % n] - r[i // 2]
     for b in BACKENDS:
         assert_same(rj.jit(f, backend=b)(r, np.int64(k)), want)
     text = rj.jit(f).lower(r, np.int64(k)).compile().as_text("optimized")
+    calls = [line for line in text.splitlines() if "call_tir(" in line and "r0" in line.split("=")[0]]
+    assert len(calls) == 1 and "fused_" in calls[0], text
+
+
+@given(n=SIZES, k=st.integers(-3, 8))
+@settings(max_examples=10, deadline=None)
+def test_gather_with_computed_indices_that_may_be_out_of_range_is_checked(n, k):
+    """Indices computed in a group that no range proof bounds (``r[i + k]``) are stored and
+    checked before the gather, which starts its own group: out of range raises NumPy's
+    IndexError on every backend, in range the consumers still fuse with the gather."""
+    def f(r, k):
+        i = rnp.arange(r.shape[0])
+        return r[i + k] * 2.0 + 1.0
+    r = np.linspace(-1.0, 1.0, n)
+    i = np.arange(n)
+    for b in BACKENDS:
+        g = rj.jit(f, backend=b)
+        if np.all((i + k >= -n) & (i + k < n)):
+            assert_same(g(r, np.int64(k)), r[i + k] * 2.0 + 1.0)
+        else:
+            with pytest.raises(IndexError, match="out of bounds"):
+                g(r, np.int64(k))
+    text = rj.jit(f).lower(r, np.int64(0)).compile().as_text("optimized")
     gathers = [line for line in text.splitlines() if "take" in line]
     assert len(gathers) == 1 and "fused_" in gathers[0] and "mul" in gathers[0], text

@@ -29,6 +29,7 @@ from ..shapes import ShapeEnv, free_symbols, is_symbolic, prod
 from ..tir.analysis import classify_primfunc
 from .fuse_tir import FusionError, fused_primfunc
 from .passes import Pass
+from .value_ranges import ValueRanges
 
 INJECTIVE_KINDS = {"elementwise", "broadcast", "injective"}
 FUSABLE_REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and",
@@ -89,17 +90,21 @@ class _Fuser:
     def __init__(self, fn: Function):
         self.fn = fn
         self.env = ShapeEnv("explicit", fn.bounds)
+        self.ranges = ValueRanges(fn.bindings, self.env)
         self.groups: list[_Group] = []
         self.group_of: dict = {}      # Var -> group id
         self.uses = _uses(fn)
         self.depth: dict = {}         # Var -> its chain length within its group
 
     def index_inside(self, b: Binding, gids: set) -> bool:
-        """Whether ``b`` is a gather whose indices groups ``gids`` compute: a fused program
-        range-checks the indices it reads as an input buffer, not ones it computes, so such
-        a gather cannot join them (it starts a group of its own, the rest still fuses)."""
+        """Whether ``b`` is a gather whose indices groups ``gids`` compute and which may be
+        out of range: a fused program range-checks the indices it reads as an input buffer,
+        not ones it computes, so such a gather cannot join them (it starts a group of its
+        own, the rest still fuses).  Indices in range by construction (``value_ranges``)
+        need no check."""
         return b.kind == "primitive" and b.callee.name in GATHERS and \
-            isinstance(b.args[1], Var) and self.group_of.get(b.args[1]) in gids
+            isinstance(b.args[1], Var) and self.group_of.get(b.args[1]) in gids and \
+            not self.ranges.within(b.args[1], b.args[0].type.shape[b.params["axis"]])
 
     def chain(self, g: _Group, b: Binding) -> int:
         """The chain length of ``b`` computed in group ``g``."""

@@ -29,6 +29,7 @@ from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, defau
                        elementwise_rule, nonempty_checks, reindex, scalar_literal_expr)
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 from ..tir.index_checks import data_index_checks
+from .value_ranges import ValueRanges
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -66,6 +67,7 @@ class _Builder:
         self.bindings = bindings
         self.outputs = outputs
         self.env = ShapeEnv("explicit", bounds)
+        self.ranges = ValueRanges(bindings, self.env)
         self.producer = {v: b for b in bindings for v in b.outvars}
         self.taken = set(tir.dim_vars([v.type.shape for v in inputs + outputs],
                                    [b.params for b in bindings],
@@ -147,12 +149,12 @@ class _Builder:
         if b.kind != "primitive" or _is_reduction(b):
             raise FusionError(f"{name} cannot be inlined")
         if name in ("take", "take_along_axis"):
-            ind = b.args[1]
-            if ind not in self.buffer:
+            ind, axis = b.args[1], b.params["axis"]
+            if ind in self.buffer:
+                self.host_checks.append(("index_range", self.call_inputs.index(ind),
+                                         b.args[0].type.shape[axis], axis))
+            elif not self.ranges.within(ind, b.args[0].type.shape[axis]):
                 raise FusionError("gather indices computed inside the group cannot be range-checked")
-            axis = b.params["axis"]
-            self.host_checks.append(("index_range", self.call_inputs.index(ind),
-                                     b.args[0].type.shape[axis], axis))
         rule = COMPUTE.get(name, elementwise_rule if b.callee.kind == "elementwise" else None)
         if rule is None:
             raise FusionError(f"{name} has no compute rule")

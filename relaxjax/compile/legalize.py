@@ -11,6 +11,7 @@ from ..library import LibraryFunc
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
+from .mask_bounds import bound_masked_loops
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
                        nonempty_checks, reduction_body, scalar_literal_expr, scan_loops, scatter_loops)
@@ -147,6 +148,7 @@ def _legalize(module: IRModule) -> IRModule:
                 lowered_subs.add(b.callee.name)
             for nb in _lower_call(b, len(seen)):
                 if nb.kind == "tir":           # one program per distinct computation
+                    bound_masked_loops(nb.callee)
                     key = nb.callee.signature_text()
                     if key in seen:
                         nb = Binding(nb.outvars, seen[key], nb.args, nb.params, nb.source)
