@@ -325,6 +325,28 @@ for _n, _d in (("blas.sgemm", "float32"), ("blas.dgemm", "float64")):
 del _n, _d
 
 
+# The Gram products A @ A.T ("?syrk") and A.T @ A ("?syrk_tn") of a 2-D A (compile.gram):
+# BLAS syrk fills the lower triangle, which is all their readers use; NumPy's and CuPy's
+# matmul of A and its transposed view compute the whole product (NumPy through syrk too).
+def _gram(xp_matmul, trans: bool):
+    def run(a, out):
+        if out.size:
+            xp_matmul(a.T, a, out=out) if trans else xp_matmul(a, a.T, out=out)
+    return run
+
+
+def _cupy_matmul(a, b, out):
+    import cupy
+    cupy.matmul(a, b, out=out)
+
+
+for _n, _d, _t in (("blas.ssyrk", "float32", False), ("blas.dsyrk", "float64", False),
+                   ("blas.ssyrk_tn", "float32", True), ("blas.dsyrk_tn", "float64", True)):
+    register_library(_n, cpu=BUILTIN, numpy=_gram(np.matmul, _t), cuda=_gram(_cupy_matmul, _t),
+                     num_inputs=1, num_outputs=1, out_dtypes=[_d])
+del _n, _d, _t
+
+
 # ---------------------------------------------------------------------------------------------
 # Built-in registrations: sorting along the last axis, which Legalize lowers to these
 # ---------------------------------------------------------------------------------------------

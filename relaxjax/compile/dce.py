@@ -24,7 +24,8 @@ def _symbols_in(x) -> set:
     return set()
 
 
-def _dce_function(fn: Function) -> Function:
+def dce_function(fn: Function) -> Function:
+    """``fn`` without the bindings whose results nothing uses (see the module docstring)."""
     live: set = {r for r in fn.results if isinstance(r, Var)}
     live_dims: set = _symbols_in(list(fn.results))    # dims a kept binding still needs bound
     kept: list[Binding] = []
@@ -42,7 +43,7 @@ def _dce_function(fn: Function) -> Function:
 
 
 def _dce(module: IRModule) -> IRModule:
-    fns = {k: _dce_function(f) if isinstance(f, Function) else f for k, f in module.functions.items()}
+    fns = {k: dce_function(f) if isinstance(f, Function) else f for k, f in module.functions.items()}
     return IRModule(fns, module.entry)
 
 

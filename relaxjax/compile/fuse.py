@@ -396,6 +396,35 @@ def _rematerialize_dim_scalars(fn: Function) -> Function:
     return Function(fn.name, fn.params, fn.param_names, bindings, fn.results, fn.bounds, fn.guards, fn.attrs)
 
 
+# A group FuseTIR cannot build as one program gives up its last members one at a time, at
+# most this many times (each try builds the program): a row-wise group whose final
+# transpose reads a row value across rows still fuses everything before that transpose.
+MAX_TRIMS = 8
+
+
+def _build_group(fn: Function, g: _Group, uses: dict, taken: set):
+    """``(sub-function, args, outs, members)`` for group ``g``, or for its longest prefix
+    (in program order, so closed under its members' inputs) that FuseTIR can build, within
+    ``MAX_TRIMS`` tries; None when no prefix worth a call builds."""
+    members = list(g.members)
+    for _ in range(MAX_TRIMS + 1):
+        compute = [i for i in members if fn.bindings[i].callee.name != "reshape"]
+        if len(members) < 2 or len(compute) < 2 and g.kind != "reduction" or \
+                g.kind in ("opaque", "merged"):
+            return None
+        if g.kind == "output_fusable" and len(members) < len(g.members):
+            return None                  # the matmul keeps its whole epilogue or none
+        sub, args, outs = _subfunction(fn, members, uses, taken)
+        sub.attrs["kind"] = g.kind
+        if g.kind == "output_fusable":
+            sub.attrs["epilogue"] = "reduction" if g.full is not None else "injective"
+        if _closed(sub) and _buildable(sub, g.kind):
+            return sub, args, outs, members
+        taken.discard(sub.name)
+        members = members[:-1]
+    return None
+
+
 def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
     """``fn`` with its fusable groups replaced by calls; also the new sub-functions."""
     if fn.attrs.get("primitive"):
@@ -407,20 +436,13 @@ def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
     drop: set = set()
     subs = []
     for g in groups:
-        compute = [i for i in g.members if fn.bindings[i].callee.name != "reshape"]
-        if len(g.members) < 2 or len(compute) < 2 and g.kind != "reduction" or \
-                g.kind in ("opaque", "merged"):
+        built = _build_group(fn, g, uses, taken)
+        if built is None:
             continue
-        sub, args, outs = _subfunction(fn, g.members, uses, taken)
-        sub.attrs["kind"] = g.kind
-        if g.kind == "output_fusable":
-            sub.attrs["epilogue"] = "reduction" if g.full is not None else "injective"
-        if not _closed(sub) or not _buildable(sub, g.kind):
-            taken.discard(sub.name)
-            continue
+        sub, args, outs, members = built
         subs.append(sub)
-        replace[g.members[-1]] = Binding(outs, sub, args, {}, fn.bindings[g.members[-1]].source)
-        drop.update(g.members)
+        replace[members[-1]] = Binding(outs, sub, args, {}, fn.bindings[members[-1]].source)
+        drop.update(members)
     if not subs:
         return original, []
     # Emit in dependency order: a group's call sits where its last member was, which is

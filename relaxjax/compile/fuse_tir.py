@@ -16,6 +16,7 @@ A matmul group lowers to the library call and one program for its elementwise ep
 """
 from __future__ import annotations
 
+import copy
 import weakref
 
 import sympy
@@ -29,6 +30,7 @@ from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, defau
                        elementwise_rule, nonempty_checks, reindex, scalar_literal_expr)
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 from ..tir.index_checks import data_index_checks
+from .gram import SYRK, gram_operand, read_lower_triangle
 from .value_ranges import ValueRanges
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
@@ -222,6 +224,8 @@ class _Builder:
 
     def reduction(self) -> PrimFunc:
         reds = [b for b in self.bindings if _is_reduction(b)]
+        if not reds:
+            raise FusionError("a row-wise group without a reduction")
         full = tuple(reds[0].args[0].type.shape)
         axes = tuple(sorted(reds[0].params["axes"]))
         kept = tuple(d for a, d in enumerate(full) if a not in axes)
@@ -361,8 +365,9 @@ def call_site_values(b: Binding) -> dict:
     return value_of
 
 
-def lower_fused_call(b: Binding, name: str) -> list:
-    """A call of a fused sub-function as call_tir (after call_library for a matmul group)."""
+def lower_fused_call(b: Binding, name: str, defs: dict | None = None) -> list:
+    """A call of a fused sub-function as call_tir (after call_library for a matmul group;
+    ``defs``, the enclosing function's producers, finds Gram products: ``gram``)."""
     sub: Function = b.callee
     kind = sub.attrs.get("kind", "injective")
     value_of = call_site_values(b)
@@ -375,8 +380,14 @@ def lower_fused_call(b: Binding, name: str) -> list:
         if dtype not in BLAS:
             raise FusionError(f"no library matmul for {dtype}")
         mm_out = value_of.setdefault(mm.outvars[0], mm.outvars[0])
-        calls.append(Binding([mm_out], LibraryFunc(BLAS[dtype]),
-                             [value_of.get(a, a) for a in mm.args], {}, mm.source))
+        args = [value_of.get(a, a) for a in mm.args]
+        gram = gram_operand(mm, args, defs or {})
+        if gram is not None:            # syrk fills one triangle; the epilogue reads it
+            f = copy.deepcopy(f)
+            read_lower_triangle(f, f.params[inputs.index(mm.outvars[0])])
+            calls.append(Binding([mm_out], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, mm.source))
+        else:
+            calls.append(Binding([mm_out], LibraryFunc(BLAS[dtype]), args, {}, mm.source))
     calls.append(Binding([value_of[v] for v in outputs], f, [value_of.get(v, v) for v in inputs],
                          {}, b.source))
     return calls

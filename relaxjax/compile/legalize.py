@@ -11,6 +11,8 @@ from ..library import LibraryFunc
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
+from .dce import dce_function
+from .gram import SYRK, gram_operand, mirror_program
 from .mask_bounds import bound_masked_loops
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
@@ -102,20 +104,27 @@ def _matmul_loops(buffers, ob, in_types, out_type, taken) -> "tir.Stmt":
     return tir.loop_nest(extents, body, default_loop_kinds(len(shape)), taken)
 
 
-def lower_binding(b: Binding, name_id: int = 0) -> Binding:
-    """The binding as a call_tir or call_library, or unchanged for host operations."""
+def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None) -> list:
+    """The binding as a call_tir or call_library (a Gram product as syrk and a program
+    that mirrors its triangle: ``gram``), or unchanged for host operations."""
     if b.kind != "primitive":
-        return b
+        return [b]
     how = lowering_kind(b.callee.name, b.callee.kind)
     if how == "host":
-        return b
+        return [b]
     if how == "matmul" and b.outvars[0].type.dtype in BLAS:
-        return Binding(b.outvars, LibraryFunc(BLAS[b.outvars[0].type.dtype]), list(b.args), {}, b.source)
+        dtype = b.outvars[0].type.dtype
+        gram = gram_operand(b, list(b.args), defs or {})
+        if gram is None:
+            return [Binding(b.outvars, LibraryFunc(BLAS[dtype]), list(b.args), {}, b.source)]
+        tri = Var(b.outvars[0].type)
+        return [Binding([tri], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, b.source),
+                Binding(b.outvars, mirror_program(tri.type, f"mirror_{name_id}"), [tri], {}, b.source)]
     if how == "library":
-        return Binding(b.outvars, LibraryFunc(LIBRARY_CALLS[b.callee.name]), list(b.args), {}, b.source)
+        return [Binding(b.outvars, LibraryFunc(LIBRARY_CALLS[b.callee.name]), list(b.args), {}, b.source)]
     fn, args = primfunc_for(b, name_id)
     tir.verify_primfunc(fn)
-    return Binding(b.outvars, fn, args, {}, b.source)
+    return [Binding(b.outvars, fn, args, {}, b.source)]
 
 
 def _inline(b: Binding) -> list:
@@ -126,27 +135,46 @@ def _inline(b: Binding) -> list:
             for x in b.callee.bindings]
 
 
-def _lower_call(b: Binding, name_id: int) -> list:
+def _lower_call(b: Binding, name_id: int, defs: dict) -> list:
     if b.kind == "function" and b.callee.attrs.get("primitive"):
         try:
-            return lower_fused_call(b, b.callee.name)
+            return lower_fused_call(b, b.callee.name, defs)
         except FusionError:               # not expressible as one program: lower op by op
-            return [lower_binding(x, name_id) for x in _inline(b)]
-    return [lower_binding(b, name_id)]
+            return [nb for x in _inline(b) for nb in lower_binding(x, name_id, defs)]
+    return lower_binding(b, name_id, defs)
+
+
+def _producers(f: Function) -> dict:
+    """Value -> the primitive binding computing it, looking through FuseOps' groups (a
+    transpose fused alone is still a transpose)."""
+    defs = {}
+    for b in f.bindings:
+        if b.kind == "function" and b.callee.attrs.get("primitive") and len(b.callee.bindings) == 1 \
+                and len(b.outvars) == 1:
+            inner = b.callee.bindings[0]
+            value_of = call_site_values(b)
+            defs[b.outvars[0]] = Binding(b.outvars, inner.callee,
+                                         [value_of.get(a, a) for a in inner.args], inner.params, inner.source)
+        elif b.kind == "primitive":
+            for v in b.outvars:
+                defs[v] = b
+    return defs
 
 
 def _legalize(module: IRModule) -> IRModule:
     fns = dict(module.functions)
     lowered_subs = set()
+    created = set()
     for name, f in module.functions.items():
         if not isinstance(f, Function) or f.attrs.get("primitive"):
             continue
         bindings = []
         seen: dict = {}
+        defs = _producers(f)
         for b in f.bindings:
             if b.kind == "function" and b.callee.attrs.get("primitive"):
                 lowered_subs.add(b.callee.name)
-            for nb in _lower_call(b, len(seen)):
+            for nb in _lower_call(b, len(seen), defs):
                 if nb.kind == "tir":           # one program per distinct computation
                     bound_masked_loops(nb.callee)
                     key = nb.callee.signature_text()
@@ -155,11 +183,17 @@ def _legalize(module: IRModule) -> IRModule:
                     else:
                         seen[key] = nb.callee
                         fns[nb.callee.name] = nb.callee
+                        created.add(nb.callee.name)
                 bindings.append(nb)
-        fns[name] = Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds, f.guards, f.attrs)
+        # a transpose that only fed a Gram product (now syrk of its operand) is dead
+        fns[name] = dce_function(Function(f.name, f.params, f.param_names, bindings, f.results,
+                                          f.bounds, f.guards, f.attrs))
     for n in lowered_subs:                     # fused sub-functions now live as programs
         if isinstance(fns.get(n), Function):
             del fns[n]
+    called = {b.callee.name for f in fns.values() if isinstance(f, Function) for b in f.bindings}
+    for n in created - called:                 # programs of bindings DCE dropped
+        del fns[n]
     return IRModule(fns, module.entry)
 
 

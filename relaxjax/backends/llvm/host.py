@@ -22,6 +22,8 @@ from .irtypes import llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
+# ... and as CBLAS syrks (Gram products A @ A.T, and A.T @ A for "_tn": compile.gram)
+SYRKS = ("blas.ssyrk", "blas.dsyrk", "blas.ssyrk_tn", "blas.dsyrk_tn")
 # a segment's status for a failing host check, such as a gather index out of range (below
 # it: the call's position + 1 << 32, as for a failing library call)
 INDEX_ERROR = 1 << 62
@@ -94,6 +96,8 @@ class SegmentEmitter(KernelEmitter):
                 self._call_tir(b, k)
             elif b.callee.name in GEMMS:
                 self._gemm(b)
+            elif b.callee.name in SYRKS:
+                self._syrk(b)
             else:
                 self._native_call(b, k)
         fn.emit("ret i64 0")
@@ -216,19 +220,47 @@ class SegmentEmitter(KernelEmitter):
         fn.emit(f"ret i64 {fn.val('i64', f'or i64 {code}, {(k + 1) << 32}')}")
         fn.start_block(ok)
 
+    def _blas_symbol(self, name: str) -> str:
+        """The global holding BLAS function ``name``'s address, set at load time, so the
+        code holds no process address (see runtime.py); the comment names the function (and
+        so its integer width) in the module text, which keys the persistent cache."""
+        _, (prefix, suffix) = target.openblas()
+        sym = f"@rj_blas_{name}"
+        self.helpers_used.add(f"{sym} = external global ptr  ; -> {prefix}{name}{suffix}")
+        return sym
+
+    def _syrk(self, b: Binding) -> None:
+        """C = A @ A.T for a 2-D A (M, K) -- or A.T @ A for A (K, M) -- through CBLAS syrk,
+        lower triangle; nothing for M == 0; for K == 0 syrk's beta = 0 scaling writes the
+        zeros."""
+        fn = self.fn
+        a, out = b.args[0], b.outvars[0]
+        ty = llty(out.type.dtype)
+        f = fn.val("ptr", f"load ptr, ptr {self._blas_symbol(('s' if ty == 'float' else 'd') + 'syrk')}")
+        trans = b.callee.name.endswith("_tn")
+        M, K = (self._expr(from_sympy(d)) for d in (a.type.shape[::-1] if trans else a.type.shape))
+        cols = K if not trans else M            # A's row length, its leading dimension
+        pa, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, out))
+        lda = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {cols}, i64 1)")
+        ldc = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {M}, i64 1)")
+        self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
+        go = fn.val("i1", f"icmp sgt i64 {M}, 0")
+        yes, no = fn.label("syrk"), fn.label("syrkskip")
+        fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
+        fn.start_block(yes)
+        # CblasRowMajor = 101, CblasLower = 122, CblasNoTrans = 111, CblasTrans = 112
+        fn.emit(f"call void {f}(i32 101, i32 122, i32 {112 if trans else 111}, i64 {M}, i64 {K}, {ty} 1.0, "
+                f"ptr {pa}, i64 {lda}, {ty} 0.0, ptr {pc}, i64 {ldc})")
+        fn.emit(f"br label %{no}")
+        fn.start_block(no)
+
     def _gemm(self, b: Binding) -> None:
         """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims."""
         fn = self.fn
         a, bm = b.args
         out = b.outvars[0]
         ty = llty(out.type.dtype)
-        path, (prefix, suffix) = target.openblas()
-        name = f"{'s' if ty == 'float' else 'd'}gemm"
-        # called through the runtime's function pointer @rj_blas_<name>, set at load time, so
-        # the code holds no process address (see runtime.py); the comment names the function
-        # (and so its integer width) in the module text, which keys the persistent cache
-        sym = f"@rj_blas_{name}"
-        self.helpers_used.add(f"{sym} = external global ptr  ; -> {prefix}{name}{suffix}")
+        sym = self._blas_symbol(f"{'s' if ty == 'float' else 'd'}gemm")
         ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
         nb = len(osh) - 2

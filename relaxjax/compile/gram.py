@@ -1,0 +1,93 @@
+"""Gram products ``A @ A.T`` as BLAS ``syrk``: half the flops of a gemm, as NumPy does.
+
+``np.cov``, covariance and correlation kernels, kernel matrices and normal equations all
+multiply a matrix by its own transpose.  NumPy notices (``matmul`` of an array and its
+transposed view calls ``?syrk``) and does half the work; a gemm of the same operands does
+all of it, after materializing the transpose.  Legalize asks :func:`gram_operand` whether a
+2-D matmul's right operand is the transpose of its left one; then the product becomes a
+``blas.?syrk`` library call, which fills the lower triangle only (``i >= j``), and whatever
+reads the product reads ``C[max(i, j), min(i, j)]`` (:func:`read_lower_triangle`): the
+epilogue a matmul group fuses, or, for a product on its own, a program that mirrors it
+(:func:`mirror_program`).  The transpose, now unused, goes with dead-code elimination.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Binding, TensorType, Var
+from .. import tir
+from ..tir import Buffer, Load, PrimFunc, Store, from_sympy, op
+from ..tir.visit import map_expr
+from .lowering import default_loop_kinds
+
+# (dtype, which operand is transposed) -> the library function: "nt" is A @ A.T, "tn" A.T @ A
+SYRK = {(np.dtype("float32"), "nt"): "blas.ssyrk", (np.dtype("float64"), "nt"): "blas.dsyrk",
+        (np.dtype("float32"), "tn"): "blas.ssyrk_tn", (np.dtype("float64"), "tn"): "blas.dsyrk_tn"}
+
+
+def _transpose_of(defs: dict, v) -> Var | None:
+    """The 2-D value ``v`` is the transpose of, if ``defs`` says it is one."""
+    t = defs.get(v)
+    if t is None or t.kind != "primitive" or t.callee.name != "transpose" or \
+            tuple(t.params["perm"]) != (1, 0) or not isinstance(t.args[0], Var):
+        return None
+    return t.args[0]
+
+
+def gram_operand(mm: Binding, args: list, defs: dict) -> tuple[Var, str] | None:
+    """``(A, "nt")`` when the matmul ``mm`` (called with ``args`` in the enclosing function,
+    whose bindings ``defs`` maps its values to) computes ``A @ A.T`` of a 2-D ``A`` with a
+    BLAS dtype, ``(A, "tn")`` for ``A.T @ A``; else None."""
+    a, b = args
+    dtype = mm.outvars[0].type.dtype
+    if not (isinstance(a, Var) and isinstance(b, Var)) or a.type.ndim != 2 or b.type.ndim != 2 or \
+            (dtype, "nt") not in SYRK or a.type.dtype != dtype or b.type.dtype != dtype:
+        return None
+    if _transpose_of(defs, b) is a:
+        return a, "nt"
+    if _transpose_of(defs, a) is b:
+        return b, "tn"
+    return None
+
+
+def read_lower_triangle(f: PrimFunc, buf: Buffer) -> None:
+    """Make every load of the square 2-D ``buf`` in ``f`` read its lower triangle (in place):
+    ``buf[i, j]`` becomes ``buf[max(i, j), min(i, j)]``."""
+    def fix(e):
+        if isinstance(e, Load) and e.buffer is buf:
+            i, j = e.index
+            return Load(buf, (op("max", i, j), op("min", i, j)))
+        return e
+
+    todo = [f.body]
+    while todo:
+        s = todo.pop()
+        if isinstance(s, tir.Seq):
+            todo.extend(s.stmts)
+        elif isinstance(s, tir.For):
+            s.start, s.extent = map_expr(s.start, fix), map_expr(s.extent, fix)
+            todo.append(s.body)
+        elif isinstance(s, tir.If):
+            s.cond = map_expr(s.cond, fix)
+            todo += [s.then] + ([s.else_] if s.else_ is not None else [])
+        elif isinstance(s, Store):
+            s.index = tuple(map_expr(i, fix) for i in s.index)
+            s.value = map_expr(s.value, fix)
+        elif isinstance(s, (tir.Local, tir.Assign)):
+            if isinstance(s, tir.Local):
+                s.init = map_expr(s.init, fix)
+            else:
+                s.value = map_expr(s.value, fix)
+
+
+def mirror_program(t: TensorType, name: str) -> PrimFunc:
+    """``out[i, j] = c[max(i, j), min(i, j)]``: the full product from syrk's triangle."""
+    c = Buffer("c", tuple(t.shape), t.dtype)
+    out = Buffer("out", tuple(t.shape), t.dtype)
+    taken = {"c", "out"} | set(tir.dim_vars([c]))
+    extents = [from_sympy(d) for d in t.shape]
+    body = tir.loop_nest(extents, lambda idx: Store(out, tuple(idx), c[tuple(idx)]),
+                         default_loop_kinds(2), taken)
+    f = PrimFunc(name, [c, out], 1, tir.dim_vars([c, out]), body)
+    read_lower_triangle(f, c)
+    return f
