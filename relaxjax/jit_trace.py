@@ -15,6 +15,7 @@ from .core import TraceContext, Tracer
 from .errors import ShapeError
 from .ir import IRModule
 from .jit_args import PY_SCALARS, CallArgs, identifier
+from .numpy._creation_hook import creation_functions_traced
 from .shapes import ShapeEnv, SymbolicDim, bounds_str
 from .signature import Binder, make_binder
 
@@ -48,7 +49,7 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
         names.append(_unique(leaf.ident, names))
         leaf_names.append(leaf.display)
     param_vars = [p.atom for p in params]     # before the function rebinds any (x[i] = v)
-    with ctx:
+    with ctx, creation_functions_traced():
         args, kwargs = call.rebuild(params)
         out = fun(*args, **kwargs)
         out_leaves, out_tree = optree.tree_flatten(out, none_is_leaf=False)

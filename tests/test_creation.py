@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes
+from helpers import BACKENDS, SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes
 
 S = rj.ShapeDtypeStruct
 
@@ -143,3 +143,73 @@ ERRORS = [
 def test_creation_errors(name, fn, exc):
     with pytest.raises(exc):
         fn()
+
+
+# --------------------------------------------------------------------------------------
+# NumPy's own creation functions (np.zeros, not rnp.zeros) given symbolic dims in a trace
+# --------------------------------------------------------------------------------------
+
+NP_CREATION = [
+    ("zeros", lambda x: x[0] + np.zeros(x.shape[1], x.dtype)),
+    ("ones_tuple", lambda x: x + np.ones((1, x.shape[1]), x.dtype)),
+    ("empty_shape", lambda x: np.full(np.empty((x.shape[0], 2)).shape, 2.0)),
+    ("full", lambda x: np.full((x.shape[0], 2), 1.5) * x[:, :2]),
+    ("eye", lambda x: np.eye(x.shape[1])[:2] * 2.0),
+    ("eye_rect_k", lambda x: np.eye(x.shape[0], x.shape[1], k=1)),
+    ("identity", lambda x: np.identity(x.shape[1]) @ x.T),
+    ("arange", lambda x: np.arange(x.shape[0]) * 2),
+    ("arange_expr", lambda x: np.arange(1, x.shape[0] + 1, dtype=np.float32)),
+    ("linspace", lambda x: np.linspace(0.0, 1.0, x.shape[0])),
+    ("tri", lambda x: np.tri(x.shape[1]) @ x.T),
+    ("write_rows", lambda x: _write_rows(x)),
+]
+
+
+def _write_rows(x):
+    """The NumPy pattern: an output made with np.zeros, written row by row."""
+    out = np.zeros((x.shape[0], 2))
+    out[:, 0] = x[:, 0]
+    out[0, 1] = 3.0
+    return out
+
+
+@pytest.mark.parametrize("name, fn", NP_CREATION, ids=[c[0] for c in NP_CREATION])
+def test_numpy_creation_functions_take_symbolic_dims_and_compile_once(name, fn):
+    """``np.zeros(x.shape[1])`` and friends inside ``@rj.jit`` build traced arrays of
+    symbolic shape: NumPy's results for every size, one compile (they used to pin the dim
+    to each call's size), on every backend."""
+    f = rj.jit(fn)
+    rng = np.random.default_rng(1)
+    for shape in ((2, 3), (5, 7), (17, 4), (64, 2)):
+        x = rng.standard_normal(shape)
+        assert_same(f(x), fn(x))
+        for b in BACKENDS:
+            assert_same(rj.jit(fn, backend=b)(x), fn(x))
+    assert f.cache_info().compiles == 1
+
+
+def test_numpy_creation_functions_are_numpys_own_outside_a_trace():
+    """The wrappers exist only while a trace runs; concrete sizes inside a trace still give
+    NumPy arrays (constants); another thread during a trace calls NumPy's function."""
+    import threading
+    originals = {n: getattr(np, n) for n in ("zeros", "ones", "eye", "arange", "linspace")}
+    seen = {}
+    started, release = threading.Event(), threading.Event()
+
+    def other_thread():
+        started.wait()
+        seen["zeros"] = np.zeros(3)
+        release.set()
+
+    def f(x):
+        started.set()
+        release.wait(5)
+        seen["inside"] = np.zeros(3)
+        return x + np.zeros(x.shape[0])
+    t = threading.Thread(target=other_thread)
+    t.start()
+    out = rj.jit(f)(np.ones(4))
+    t.join()
+    assert_same(out, np.ones(4))
+    assert type(seen["zeros"]) is np.ndarray and type(seen["inside"]) is np.ndarray
+    assert all(getattr(np, n) is f0 for n, f0 in originals.items())
