@@ -433,3 +433,42 @@ def test_ufunc_at_on_traced_arrays():
     assert not x.any()                                  # the caller's array is untouched
     with pytest.raises(TypeError, match="NumPy array .* cannot hold traced values"):
         rj.jit(lambda i, v: np.add.at(np.zeros(5), i, v))(i, v)
+
+
+# --------------------------------------------------------------------------------------
+# One traced integer among slices (a loop's row index): the row first, then the window
+# --------------------------------------------------------------------------------------
+
+@given(n=st.integers(3, 40), m=st.integers(3, 40), i=st.integers(-45, 45),
+       mode=st.sampled_from(["numpy", None, "clip"]))
+@settings(max_examples=40, deadline=None)
+def test_row_index_with_slices_reads_and_updates_one_row(n, m, i, mode):
+    """``x[j, 1:-1]`` and ``x[i, 1:-1] = v`` / ``x.at[i, 1:-1].add(v)`` with traced ``i``,
+    ``j``: NumPy's result (IndexError out of range) or JAX's (dropped, or clipped with
+    mode="clip"); the programs read and write one row, never a copy of the whole window."""
+    x = np.arange(n * m, dtype=np.float64).reshape(n, m)
+    v = np.linspace(-1.0, 1.0, m - 2)
+
+    def f(x, i):
+        y = x[i % x.shape[0], 1:-1] * 2.0 + v
+        if mode == "numpy":
+            x[i, 1:-1] = y
+            return x
+        return x.at[i, 1:-1].add(y, mode=mode)
+    y = x[i % n, 1:-1] * 2.0 + v
+    inside = -n <= i < n
+    want = x.copy()
+    if mode == "numpy":
+        if inside:
+            want[i, 1:-1] = y
+    elif inside or mode == "clip":
+        want[min(max(i + n if i < 0 else i, 0), n - 1), 1:-1] += y
+    for b in BACKENDS:
+        g = rj.jit(f, backend=b)
+        if mode == "numpy" and not inside:
+            with pytest.raises(IndexError, match="out of bounds"):
+                g(x, np.int64(i))
+        else:
+            assert_same(g(x, np.int64(i)), want)
+    text = rj.jit(f).lower(x, np.int64(0)).compile().as_text("optimized")
+    assert "f64[x0, x1 - 2]" not in text, "a copy of the whole window:\n" + text

@@ -29,10 +29,12 @@ from .. import dtypes as dt
 from .. import lax
 from ..core import Tracer, current_trace
 from ..errors import ShapeError
-from ..shapes import dim_str, prod as dim_prod
+from ..shapes import dim_str, prod as dim_prod, wrap_dim
 from ._base import arr, cast, dtype_of, live_bases, shape, user_shape
-from ._indexing import boolean_mask, getitem, is_mask_index, nonzero, parse_index, scalar_window
+from ._indexing import (boolean_mask, getitem, is_mask_index, nonzero, parse_index, scalar_first,
+                        scalar_window, take)
 from ._shape_ops import broadcast_to, moveaxis, reshape
+from ._ufuncs import clip, where_values
 
 # .at method -> (elementwise combine on the window, scatter mode at an index array)
 _COMBINE = {
@@ -91,6 +93,16 @@ def update(x, idx, v, method: str, *, mode=None, numpy_semantics: bool = False):
         window, rest, starts = win
         return lax.dynamic_update_slice(x, update(window, rest, v, method, mode=mode,
                                                   numpy_semantics=numpy_semantics), starts)
+    first = scalar_first(x, idx)
+    if first is not None:               # x[i, 1:-1] = v with a traced i: update the row only
+        ax, i, rest = first
+        d = shape(x)[ax]
+        i = _index_array(i, d, oob, what)
+        # the row is read where the scatter will write it (out of range: clipped for
+        # mode="clip", dropped by the scatter otherwise, an IndexError under NumPy's rules)
+        at = i if oob == "error" else clip(where_values(i < 0, i + wrap_dim(d), i), 0, wrap_dim(d) - 1)
+        row = update(take(x, at, axis=ax), rest, v, method, mode=mode, numpy_semantics=numpy_semantics)
+        return lax.scatter.bind(x, i, row, axis=ax, mode="set", oob=oob)
     if is_mask_index(x, idx):
         return _mask_update(x, idx[0] if isinstance(idx, tuple) else idx, v, method, what)
     w = parse_index(x, idx)

@@ -228,6 +228,30 @@ def scalar_window(a, idx):
     return lax.dynamic_slice(a, starts, sizes), tuple(rest), starts
 
 
+def scalar_first(a, idx):
+    """For an index with exactly one traced integer scalar (a loop's index) among ints,
+    slices, None and ``...``: ``(axis, scalar, rest)`` with ``a[idx] == take(a, scalar,
+    axis)[rest]`` (NumPy treats a 0-d integer array as an int); None for any other index.
+    Taking the row first reads one row, where slicing first would copy every row of the
+    window to keep one (``A[i - 1, :-2]`` in a stencil's row loop)."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    scalars = [k for k, v in enumerate(idx) if isinstance(v, Tracer) and not shape(v)]
+    if len(scalars) != 1 or not dt.is_int(dtype_of(idx[scalars[0]])):
+        return None
+    k = scalars[0]
+    if any(j != k and (v is not None and v is not Ellipsis and not isinstance(v, slice) and
+                       not _is_int_index(v) or isinstance(v, bool)) for j, v in enumerate(idx)):
+        return None                      # another array (or bool) index: the general path
+    nd = len(shape(a))
+    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
+    if consumed > nd or sum(1 for v in idx if v is Ellipsis) > 1:
+        return None                      # the general path raises NumPy's error
+    ax = 0
+    for v in idx[:k]:
+        ax += nd - consumed if v is Ellipsis else 0 if v is None else 1
+    return ax, idx[k], idx[:k] + idx[k + 1:]
+
+
 def getitem(a, idx):
     """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
     integer-array index (or any number of traced integer scalars, see ``scalar_window``), or
@@ -237,6 +261,10 @@ def getitem(a, idx):
     win = scalar_window(a, idx) if isinstance(a, Tracer) else None
     if win is not None:
         return getitem(win[0], win[1])
+    first = scalar_first(a, idx)
+    if first is not None:
+        ax, i, rest = first
+        return getitem(take(a, i, axis=ax), rest)
     if is_mask_index(a, idx):
         return boolean_mask(a, idx if not isinstance(idx, tuple) else idx[0])
     w = parse_index(a, idx)
