@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 import numpy as np
 import sympy
 
+from . import dimpoly
 from .errors import InconclusiveDimensionError, ShapeError
 
 Dim = Union[int, sympy.Expr]
@@ -66,6 +67,20 @@ def is_symbolic(d: Any) -> bool:
 
 def free_symbols(d: Dim) -> frozenset:
     return frozenset(d.free_symbols) if isinstance(d, sympy.Basic) else frozenset()
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """``a == b`` for every value of their dims: compared as dim polynomials (exact and
+    one-sided: different forms are treated as different), SymPy's simplifier only for what
+    those cannot express."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if a == b:
+        return True
+    try:
+        return dimpoly.from_sympy(a) == dimpoly.from_sympy(b)
+    except dimpoly.Unsupported:
+        return sympy.simplify(sympy.sympify(a) - b) == 0
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
@@ -281,6 +296,7 @@ def _nonneg_by_shift(d: sympy.Expr, bounds: dict) -> bool:
 
 _OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
         "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_MISSING = object()
 _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
@@ -311,6 +327,8 @@ class ShapeEnv:
         self.data_dependent: set = set()    # symbols bound only at run time
         self.zero_mods: set = set()         # Mod(a, c) known to be 0 (proved or guarded)
         self._decided: dict = {}
+        self._exact: set = set()
+        self._exact_for: int | None = None    # len(zero_mods) that _exact was built from
         self._fresh = 0
 
     # -- symbols -------------------------------------------------------------------------
@@ -350,8 +368,8 @@ class ShapeEnv:
         if isinstance(a, int) and isinstance(b, int):
             return _OPS[op](a, b)
         key = (op, a, b)
-        r = self._decided.get(key, 0)
-        if r != 0:
+        r = self._decided.get(key, _MISSING)
+        if r is not _MISSING:
             return r
         r = self._prove(op, a, b)
         self._decided[key] = r
@@ -363,6 +381,35 @@ class ShapeEnv:
                 r = self._prove("==", a, b)
                 return None if r is None else not r
             return self._prove(">" if op == "<" else ">=", b, a)
+        try:
+            # the fast path: dim polynomials decide nearly everything without SymPy
+            d = dimpoly.from_sympy(a) - dimpoly.from_sympy(b)
+        except dimpoly.Unsupported:
+            return self._prove_sympy(op, a, b)
+        if op == ">":
+            d, op = d - 1, ">="
+        return dimpoly.decide(op, d, self._bound_of_name(), self._exact_floors())
+
+    def _bound_of_name(self) -> Callable[[str], tuple]:
+        by_name = {s.name: b for s, b in self.bounds.items()}
+        return lambda name: by_name.get(name, DEFAULT_BOUNDS)
+
+    def _exact_floors(self) -> set:
+        """The floor atoms that ``zero_mods`` make exact (``n // 4 == n / 4``)."""
+        if self._exact_for != len(self.zero_mods):
+            out = set()
+            for m in self.zero_mods:
+                try:
+                    f = dimpoly.exact_floor(dimpoly.from_sympy(m.args[0]), dimpoly.from_sympy(m.args[1]))
+                except dimpoly.Unsupported:
+                    continue
+                if f is not None:
+                    out.add(f)
+            self._exact, self._exact_for = out, len(self.zero_mods)
+        return self._exact
+
+    def _prove_sympy(self, op: str, a: Dim, b: Dim) -> bool | None:
+        """The prover of last resort, for dims outside what dim polynomials express."""
         d = normalize(sympy.expand(sympy.sympify(a) - b))
         if op == ">":
             d, op = normalize(d - 1), ">="
