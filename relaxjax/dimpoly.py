@@ -262,8 +262,9 @@ def floordiv(p: Poly, q: Poly) -> Poly:
 
 
 def _reduce(p: Poly, c) -> tuple:
-    """``p / c = quo + r / c`` with every coefficient of ``r`` in ``[0, c)``, ``c > 0`` an
-    integer sharing no factor with all of ``r``'s coefficients: (quo, r, c)."""
+    """``floor(p / c) = quo + floor(r / c')``, every coefficient of ``r`` in ``[0, c')`` and
+    ``c' > 0`` an integer sharing no factor with all of ``r``'s nonconstant coefficients:
+    (quo, r, c')."""
     if c < 0:
         p, c = -p, -c
     d = _lcm_den(p) * (c.denominator if isinstance(c, Fraction) else 1)
@@ -276,21 +277,27 @@ def _reduce(p: Poly, c) -> tuple:
             quo[m] = qa
         if ra:
             rem[m] = ra
+    # floor((g * x + k) / (g * c')) = floor((x + k // g) / c') for an integer x: no
+    # multiple of c' lies between x + k // g and x + k / g (floor((2n + 1) / 6) = n // 3)
     g = c
-    for a in rem.values():
-        g = math.gcd(g, a)
+    for m, a in rem.items():
+        if m:
+            g = math.gcd(g, a)
     if g > 1:
-        rem, c = {m: a // g for m, a in rem.items()}, c // g
+        rem = {m: a // g for m, a in rem.items() if m or a // g}
+        c //= g
     return Poly(quo), Poly(rem), c
 
 
 def _nested(r: Poly):
-    """The floor atom ``f`` when ``r`` is ``f`` plus terms free of ``f`` (else None)."""
+    """The floor atom ``f`` when ``r`` is ``f`` plus terms free of ``f`` (else None).  Only
+    a constant divisor: merging ``floor(n / m) // 2`` into ``n // (2 * m)`` would lose the
+    bounds of the remainder ``floor(n / m) % 2`` that proofs use."""
     found = None
     for m, a in r.terms.items():
         if a == 1 and len(m) == 1:
             (x, k), = m
-            if k == 1 and isinstance(x, Floor):
+            if k == 1 and isinstance(x, Floor) and x.den.constant() is not None:
                 if found is not None:
                     return None          # two candidates: no canonical choice
                 found = x
@@ -372,6 +379,17 @@ def interval(p: Poly, bounds: Bounds, atom_bounds: dict | None = None) -> tuple:
     return lo, hi
 
 
+def _quotient(a, b):
+    """``a / b`` for a bound ``a`` and a positive bound ``b`` (exact for finite ones).  Over
+    an infinite ``b`` it is 0: the limit for a finite ``a``, and for an infinite one a value
+    the other corners (``a / lo``) already enclose."""
+    if b == INF:
+        return 0
+    if a in (INF, -INF):
+        return a
+    return Fraction(a) / b
+
+
 def atom_interval(x, bounds: Bounds, memo: dict) -> tuple:
     r = memo.get(x)
     if r is not None:
@@ -379,22 +397,34 @@ def atom_interval(x, bounds: Bounds, memo: dict) -> tuple:
     if isinstance(x, str):
         r = bounds(x)
     elif isinstance(x, Floor):
-        nl, nh = interval(x.num, bounds, memo)
-        dl, dh = interval(x.den, bounds, memo)
-        if dl == dh and dl > 0:
-            r = (nl if nl == -INF else nl // dl, nh if nh == INF else nh // dl)
-        elif dl >= 1 and nl >= 0:
-            r = (0 if dh == INF else nl // dh, nh if nh == INF else nh // dl)
+        nl, nh = _tight(x.num, bounds, memo)
+        dl, dh = _tight(x.den, bounds, memo)
+        if dl > 0:       # num / den is monotone in each: its extremes are at the corners
+            qs = [_quotient(a, b) for a in (nl, nh) for b in (dl, dh)]
+            lo, hi = min(qs), max(qs)
+            r = (lo if lo == -INF else math.floor(lo), hi if hi == INF else math.floor(hi))
         else:
             r = (-INF, INF)
     elif isinstance(x, MinMax):
-        ivs = [interval(a, bounds, memo) for a in x.args]
+        ivs = [_tight(a, bounds, memo) for a in x.args]
         pick = min if x.kind == "min" else max
         r = (pick(i[0] for i in ivs), pick(i[1] for i in ivs))
     else:
         r = (-INF, INF)
     memo[x] = r
     return r
+
+
+def _tight(p: Poly, bounds: Bounds, memo: dict) -> tuple:
+    """The bounds of ``p`` inside another atom: its plain interval, narrowed by the one of
+    ``p`` with its floors written through remainders (``n - 2 * (n // 2)`` is in [0, 1],
+    which the interval of ``n`` and ``n // 2`` apart cannot see)."""
+    lo, hi = interval(p, bounds, memo)
+    u = _unfloor(p, frozenset())
+    if u is not None:
+        ulo, uhi = interval(_rem_bounds(u, bounds, memo), bounds, memo)
+        lo, hi = max(lo, ulo), min(hi, uhi)
+    return lo, hi
 
 
 def _nonneg_by_shift(p: Poly, bounds: Bounds, memo: dict) -> bool:
@@ -426,8 +456,11 @@ def _unfloor(p: Poly, exact: set) -> Poly | None:
             c = x.den.constant()
             r = x.num if x in exact else x.num - atom(Rem(x.num, c))
             subs[x] = r.scale(Fraction(1, c))
-    if not subs:
-        return None
+    return _substitute(p, subs) if subs else None
+
+
+def _substitute(p: Poly, subs: dict) -> Poly:
+    """``p`` with the atoms ``subs`` names replaced by polynomials."""
     out = ZERO
     for m, c in p.terms.items():
         t = const(c)
@@ -481,12 +514,7 @@ def _rem_bounds(p: Poly, bounds: Bounds, memo: dict) -> Poly:
         memo[x] = (0, x.c - 1)
     if not subs:
         return p
-    out = ZERO
-    for m, c in p.terms.items():
-        t = const(c)
-        for x, k in m:
-            t = t * (subs[x] ** k if x in subs else atom(x) ** k)
-        out = out + t
+    out = _substitute(p, subs)
     for x in out.atoms():
         if isinstance(x, Rem) and x not in memo:
             nl, nh = interval(x.num, bounds, memo)
@@ -558,6 +586,15 @@ def _decide(op: str, d: Poly, bounds: Bounds, exact: set) -> bool | None:
     r = _by_bounds(op, d, bounds, memo)
     if r is not None:
         return r
+    # a floor its bounds pin to one value is that value (k // 6 for k <= 5), before the
+    # rewrite through remainders, which would forget that
+    points = {x: atom_interval(x, bounds, memo)[0] for x in d.atoms() if isinstance(x, Floor)}
+    points = {x: v for x, v in points.items() if atom_interval(x, bounds, memo)[1] == v}
+    if points:
+        d = _substitute(d, {x: const(v) for x, v in points.items()})
+        c = d.constant()
+        if c is not None:
+            return c == 0 if op == "==" else c >= 0
     u = _unfloor(d, exact)
     if u is None:
         return None
@@ -575,10 +612,12 @@ def exact_floor(p: Poly, c: Poly) -> Floor | None:
     k = c.constant()
     if k is None or k == 0:
         return None
-    _, r, k = _reduce(p, k)
+    _, r, k2 = _reduce(p, k)
     if r.constant() is not None or _nested(r) is not None:
         return None
-    return Floor(r, const(k))
+    if (p.terms.get(_ONE, 0) % k) % (k // k2):
+        return None              # c never divides p: the fact is void, claim nothing from it
+    return Floor(r, const(k2))
 
 
 # ---------------------------------------------------------------------------------------

@@ -135,9 +135,13 @@ def prod(dims: Iterable[Dim]) -> Dim:
 _PRINT_CACHE: dict = {}
 
 
-def dim_str(d: Dim) -> str:
+def dim_str(d: Dim, names: dict | None = None) -> str:
+    """``d`` as Python source; ``names`` renames its dims (printed, not substituted: a
+    substitution rebuilds ``min``/``max`` terms, which SymPy re-simplifies at length)."""
     if isinstance(d, int):
         return str(d)
+    if names:
+        return _pr(d, 0, names)
     s = _PRINT_CACHE.get(d)
     if s is None:
         s = _PRINT_CACHE[d] = _pr(d, 0)
@@ -149,12 +153,12 @@ def _paren(s: str, inner: int, outer: int) -> str:
     return f"({s})" if inner < outer else s
 
 
-def _pr(e: sympy.Expr, outer: int) -> str:
+def _pr(e: sympy.Expr, outer: int, names: dict | None = None) -> str:
     if e.is_Integer:
         v = int(e)
         return _paren(str(v), 1 if v < 0 else 3, outer)
     if e.is_Symbol:
-        return e.name
+        return names.get(e.name, e.name) if names else e.name
     if e.is_Add:
         # positive symbolic terms first, then negative ones, constant last ("2 - n" if alone)
         def order(t):
@@ -163,45 +167,49 @@ def _pr(e: sympy.Expr, outer: int) -> str:
         terms = sorted(e.args, key=order)
         if bool(terms[0].as_coeff_Mul()[0] < 0) and terms[-1].is_Number and bool(terms[-1] > 0):
             terms = [terms[-1]] + terms[:-1]
-        out = _pr(terms[0], 1)
+        out = _pr(terms[0], 1, names)
         for t in terms[1:]:
             c, rest = t.as_coeff_Mul()
             if c < 0:
-                out += " - " + _pr(-t, 2)
+                out += " - " + _pr(-t, 2, names)
             else:
-                out += " + " + _pr(t, 2)
+                out += " + " + _pr(t, 2, names)
         return _paren(out, 1, outer)
     if e.is_Mul:
         c, rest = e.as_coeff_Mul()
         if c == -1:
-            return _paren("-" + _pr(rest, 3), 1, outer)
+            return _paren("-" + _pr(rest, 3, names), 1, outer)
         if c.is_Rational and not c.is_Integer:
             num, den = sympy.fraction(sympy.together(e))
-            return _paren(f"{_pr(num, 2)} / {_pr(den, 3)}", 2, outer)
+            return _paren(f"{_pr(num, 2, names)} / {_pr(den, 3, names)}", 2, outer)
         factors = [f for f in sympy.Mul.make_args(rest)]
         # Python's * and // and % associate left to right: a floor or Mod factor printed as
         # "a // b" or "a % b" needs parentheses after another factor (n * ((k + 1) // 2))
-        s = " * ".join(_pr(f, 3 if k and isinstance(f, (sympy.floor, sympy.ceiling, sympy.Mod)) else 2)
-                       for k, f in enumerate(factors))
+        s = " * ".join(
+            _pr(f, 3 if k and isinstance(f, (sympy.floor, sympy.ceiling, sympy.Mod)) else 2, names)
+            for k, f in enumerate(factors))
         if c != 1:
-            s = f"{s} * {_pr(c, 3)}"
+            s = f"{s} * {_pr(c, 3, names)}"
         return _paren(s, 2, outer)
     if e.is_Pow:
-        return _paren(f"{_pr(e.base, 3)} ** {_pr(e.exp, 3)}", 2, outer)
+        return _paren(f"{_pr(e.base, 3, names)} ** {_pr(e.exp, 3, names)}", 2, outer)
     if isinstance(e, sympy.floor):
         num, den = sympy.fraction(sympy.together(e.args[0]))
         if den == 1:
-            return _pr(num, outer)
-        return _paren(f"{_pr(num, 2)} // {_pr(den, 3)}", 2, outer)
+            return _pr(num, outer, names)
+        return _paren(f"{_pr(num, 2, names)} // {_pr(den, 3, names)}", 2, outer)
     if isinstance(e, sympy.ceiling):
         num, den = sympy.fraction(sympy.together(e.args[0]))
-        return _paren(f"-({_pr(-num, 2)} // {_pr(den, 3)})", 1, outer)
+        return _paren(f"-({_pr(-num, 2, names)} // {_pr(den, 3, names)})", 1, outer)
     if isinstance(e, sympy.Mod):
-        return _paren(f"{_pr(e.args[0], 2)} % {_pr(e.args[1], 3)}", 2, outer)
+        return _paren(f"{_pr(e.args[0], 2, names)} % {_pr(e.args[1], 3, names)}", 2, outer)
     if isinstance(e, (sympy.Min, sympy.Max)):
         name = "min" if isinstance(e, sympy.Min) else "max"
         args = sorted(e.args, key=sympy.default_sort_key)
-        return f"{name}({', '.join(_pr(a, 0) for a in args)})"
+        return f"{name}({', '.join(_pr(a, 0, names) for a in args)})"
+    if names:      # a form the printer does not know: substitute the names, then print it
+        e = e.xreplace({x: sympy.Symbol(names.get(x.name, x.name), integer=True, nonnegative=True)
+                        for x in e.free_symbols})
     return str(e)
 
 
