@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 import numpy as np
 import sympy
 
+from . import dimpoly
 from .errors import InconclusiveDimensionError, ShapeError
 
 Dim = Union[int, sympy.Expr]
@@ -66,6 +67,20 @@ def is_symbolic(d: Any) -> bool:
 
 def free_symbols(d: Dim) -> frozenset:
     return frozenset(d.free_symbols) if isinstance(d, sympy.Basic) else frozenset()
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """``a == b`` for every value of their dims: compared as dim polynomials (exact and
+    one-sided: different forms are treated as different), SymPy's simplifier only for what
+    those cannot express."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if a == b:
+        return True
+    try:
+        return dimpoly.from_sympy(a) == dimpoly.from_sympy(b)
+    except dimpoly.Unsupported:
+        return sympy.simplify(sympy.sympify(a) - b) == 0
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
@@ -120,9 +135,13 @@ def prod(dims: Iterable[Dim]) -> Dim:
 _PRINT_CACHE: dict = {}
 
 
-def dim_str(d: Dim) -> str:
+def dim_str(d: Dim, names: dict | None = None) -> str:
+    """``d`` as Python source; ``names`` renames its dims (printed, not substituted: a
+    substitution rebuilds ``min``/``max`` terms, which SymPy re-simplifies at length)."""
     if isinstance(d, int):
         return str(d)
+    if names:
+        return _pr(d, 0, names)
     s = _PRINT_CACHE.get(d)
     if s is None:
         s = _PRINT_CACHE[d] = _pr(d, 0)
@@ -134,12 +153,12 @@ def _paren(s: str, inner: int, outer: int) -> str:
     return f"({s})" if inner < outer else s
 
 
-def _pr(e: sympy.Expr, outer: int) -> str:
+def _pr(e: sympy.Expr, outer: int, names: dict | None = None) -> str:
     if e.is_Integer:
         v = int(e)
         return _paren(str(v), 1 if v < 0 else 3, outer)
     if e.is_Symbol:
-        return e.name
+        return names.get(e.name, e.name) if names else e.name
     if e.is_Add:
         # positive symbolic terms first, then negative ones, constant last ("2 - n" if alone)
         def order(t):
@@ -148,45 +167,49 @@ def _pr(e: sympy.Expr, outer: int) -> str:
         terms = sorted(e.args, key=order)
         if bool(terms[0].as_coeff_Mul()[0] < 0) and terms[-1].is_Number and bool(terms[-1] > 0):
             terms = [terms[-1]] + terms[:-1]
-        out = _pr(terms[0], 1)
+        out = _pr(terms[0], 1, names)
         for t in terms[1:]:
             c, rest = t.as_coeff_Mul()
             if c < 0:
-                out += " - " + _pr(-t, 2)
+                out += " - " + _pr(-t, 2, names)
             else:
-                out += " + " + _pr(t, 2)
+                out += " + " + _pr(t, 2, names)
         return _paren(out, 1, outer)
     if e.is_Mul:
         c, rest = e.as_coeff_Mul()
         if c == -1:
-            return _paren("-" + _pr(rest, 3), 1, outer)
+            return _paren("-" + _pr(rest, 3, names), 1, outer)
         if c.is_Rational and not c.is_Integer:
             num, den = sympy.fraction(sympy.together(e))
-            return _paren(f"{_pr(num, 2)} / {_pr(den, 3)}", 2, outer)
+            return _paren(f"{_pr(num, 2, names)} / {_pr(den, 3, names)}", 2, outer)
         factors = [f for f in sympy.Mul.make_args(rest)]
         # Python's * and // and % associate left to right: a floor or Mod factor printed as
         # "a // b" or "a % b" needs parentheses after another factor (n * ((k + 1) // 2))
-        s = " * ".join(_pr(f, 3 if k and isinstance(f, (sympy.floor, sympy.ceiling, sympy.Mod)) else 2)
-                       for k, f in enumerate(factors))
+        s = " * ".join(
+            _pr(f, 3 if k and isinstance(f, (sympy.floor, sympy.ceiling, sympy.Mod)) else 2, names)
+            for k, f in enumerate(factors))
         if c != 1:
-            s = f"{s} * {_pr(c, 3)}"
+            s = f"{s} * {_pr(c, 3, names)}"
         return _paren(s, 2, outer)
     if e.is_Pow:
-        return _paren(f"{_pr(e.base, 3)} ** {_pr(e.exp, 3)}", 2, outer)
+        return _paren(f"{_pr(e.base, 3, names)} ** {_pr(e.exp, 3, names)}", 2, outer)
     if isinstance(e, sympy.floor):
         num, den = sympy.fraction(sympy.together(e.args[0]))
         if den == 1:
-            return _pr(num, outer)
-        return _paren(f"{_pr(num, 2)} // {_pr(den, 3)}", 2, outer)
+            return _pr(num, outer, names)
+        return _paren(f"{_pr(num, 2, names)} // {_pr(den, 3, names)}", 2, outer)
     if isinstance(e, sympy.ceiling):
         num, den = sympy.fraction(sympy.together(e.args[0]))
-        return _paren(f"-({_pr(-num, 2)} // {_pr(den, 3)})", 1, outer)
+        return _paren(f"-({_pr(-num, 2, names)} // {_pr(den, 3, names)})", 1, outer)
     if isinstance(e, sympy.Mod):
-        return _paren(f"{_pr(e.args[0], 2)} % {_pr(e.args[1], 3)}", 2, outer)
+        return _paren(f"{_pr(e.args[0], 2, names)} % {_pr(e.args[1], 3, names)}", 2, outer)
     if isinstance(e, (sympy.Min, sympy.Max)):
         name = "min" if isinstance(e, sympy.Min) else "max"
         args = sorted(e.args, key=sympy.default_sort_key)
-        return f"{name}({', '.join(_pr(a, 0) for a in args)})"
+        return f"{name}({', '.join(_pr(a, 0, names) for a in args)})"
+    if names:      # a form the printer does not know: substitute the names, then print it
+        e = e.xreplace({x: sympy.Symbol(names.get(x.name, x.name), integer=True, nonnegative=True)
+                        for x in e.free_symbols})
     return str(e)
 
 
@@ -281,6 +304,7 @@ def _nonneg_by_shift(d: sympy.Expr, bounds: dict) -> bool:
 
 _OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
         "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_MISSING = object()
 _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
@@ -311,6 +335,8 @@ class ShapeEnv:
         self.data_dependent: set = set()    # symbols bound only at run time
         self.zero_mods: set = set()         # Mod(a, c) known to be 0 (proved or guarded)
         self._decided: dict = {}
+        self._exact: set = set()
+        self._exact_for: int | None = None    # len(zero_mods) that _exact was built from
         self._fresh = 0
 
     # -- symbols -------------------------------------------------------------------------
@@ -350,8 +376,8 @@ class ShapeEnv:
         if isinstance(a, int) and isinstance(b, int):
             return _OPS[op](a, b)
         key = (op, a, b)
-        r = self._decided.get(key, 0)
-        if r != 0:
+        r = self._decided.get(key, _MISSING)
+        if r is not _MISSING:
             return r
         r = self._prove(op, a, b)
         self._decided[key] = r
@@ -363,6 +389,35 @@ class ShapeEnv:
                 r = self._prove("==", a, b)
                 return None if r is None else not r
             return self._prove(">" if op == "<" else ">=", b, a)
+        try:
+            # the fast path: dim polynomials decide nearly everything without SymPy
+            d = dimpoly.from_sympy(a) - dimpoly.from_sympy(b)
+        except dimpoly.Unsupported:
+            return self._prove_sympy(op, a, b)
+        if op == ">":
+            d, op = d - 1, ">="
+        return dimpoly.decide(op, d, self._bound_of_name(), self._exact_floors())
+
+    def _bound_of_name(self) -> Callable[[str], tuple]:
+        by_name = {s.name: b for s, b in self.bounds.items()}
+        return lambda name: by_name.get(name, DEFAULT_BOUNDS)
+
+    def _exact_floors(self) -> set:
+        """The floor atoms that ``zero_mods`` make exact (``n // 4 == n / 4``)."""
+        if self._exact_for != len(self.zero_mods):
+            out = set()
+            for m in self.zero_mods:
+                try:
+                    f = dimpoly.exact_floor(dimpoly.from_sympy(m.args[0]), dimpoly.from_sympy(m.args[1]))
+                except dimpoly.Unsupported:
+                    continue
+                if f is not None:
+                    out.add(f)
+            self._exact, self._exact_for = out, len(self.zero_mods)
+        return self._exact
+
+    def _prove_sympy(self, op: str, a: Dim, b: Dim) -> bool | None:
+        """The prover of last resort, for dims outside what dim polynomials express."""
         d = normalize(sympy.expand(sympy.sympify(a) - b))
         if op == ">":
             d, op = normalize(d - 1), ">="

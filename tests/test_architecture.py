@@ -20,7 +20,8 @@ PACKAGE_DIR = pathlib.Path(relaxjax.__file__).parent
 # Layers, bottom to top: a module may import modules of its own layer or of layers below.
 # Keys are module names or package prefixes; the longest matching key decides.
 LAYERS = [
-    ("plain data", ["relaxjax._version", "relaxjax.errors", "relaxjax.dtypes", "relaxjax.shapes",
+    ("plain data", ["relaxjax._version", "relaxjax.errors", "relaxjax.dtypes", "relaxjax.dimpoly",
+                    "relaxjax.shapes",
                     "relaxjax.structs", "relaxjax.ir", "relaxjax.tir", "relaxjax.library",
                     "relaxjax.cache", "relaxjax.op_table"]),
     ("tracing", ["relaxjax.core"]),

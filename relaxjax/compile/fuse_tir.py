@@ -19,8 +19,7 @@ from __future__ import annotations
 import copy
 import weakref
 
-import sympy
-
+from ..dimpoly import Unsupported
 from ..ir import Binding, Function, Literal, Var
 from ..shapes import ShapeEnv, is_symbolic, prod
 from .. import tir
@@ -30,6 +29,7 @@ from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, defau
                        elementwise_rule, nonempty_checks, reindex, scalar_literal_expr)
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 from ..tir.index_checks import data_index_checks
+from ..tir.share import bind_shared
 from .gram import SYRK, gram_operand, read_lower_triangle
 from .value_ranges import ValueRanges
 
@@ -43,18 +43,19 @@ class FusionError(Exception):
     """The group cannot be expressed as one loop-level program (it is left unfused)."""
 
 
-def _to_sympy(e):
-    return tir.to_sympy(e, lambda v: sympy.Symbol(v.name, integer=True, nonnegative=True))
-
-
 def _same_index(a: list, b: list) -> bool:
+    """Two indices provably equal: as text, else as dim polynomials (an exact, one-sided test
+    that SymPy's simplifier would take seconds over on a reshape's ``//`` and ``%``)."""
     if len(a) != len(b):
         return False
+    memo: dict = {}
     for x, y in zip(a, b):
         if tir.expr_str(x) == tir.expr_str(y):
             continue
-        sx, sy = _to_sympy(x), _to_sympy(y)
-        if sx is None or sy is None or sympy.simplify(sx - sy) != 0:
+        try:
+            if tir.index_poly(x, memo) != tir.index_poly(y, memo):
+                return False
+        except Unsupported:
             return False
     return True
 
@@ -99,6 +100,11 @@ class _Builder:
         self.full_key = None
         self.pending: list = []       # stores of values to cache, emitted in the current pass
         self.pass_value: dict = {}    # value Var -> local holding it in the current pass
+        # (value Var, index text) -> its inlined expression in the current pass: a value read
+        # several times shares one node, so a chain of n steps that each read the last value
+        # three times (crc16's bit loop) builds n nodes, not 3 ** n; the code generators
+        # emit a shared node once per statement
+        self.inlined: dict = {}
         self.host_checks: list = []
 
     def _add_input(self, v, name):
@@ -142,12 +148,16 @@ class _Builder:
             return self.pass_value[v]
         if v in self.cached and key == self.full_key:
             return Load(self.cached[v], tuple(idx))
+        hit = self.inlined.get((v, key))
+        if hit is not None:
+            return hit
         b = self.producer.get(v)
         if b is None:
             raise FusionError(f"value {v} has no producer in the group")
         name = b.callee.name
         if b.kind == "tir":
-            return self._inline_tir(b, idx)
+            e = self.inlined[(v, key)] = self._inline_tir(b, idx)
+            return e
         if b.kind != "primitive" or _is_reduction(b):
             raise FusionError(f"{name} cannot be inlined")
         if name in ("take", "take_along_axis"):
@@ -167,6 +177,7 @@ class _Builder:
             self.pending.append((v, [Local(t, e), Store(self.to_cache[v], tuple(idx), t)]))
             self.pass_value[v] = t
             return t
+        self.inlined[(v, key)] = e
         return e
 
     def _inline_tir(self, b: Binding, idx: list) -> tir.Expr:
@@ -189,6 +200,7 @@ class _Builder:
     def primfunc(self, body, checks=()) -> PrimFunc:
         params = [self.buffer[v] for v in self.call_inputs] + [self.out_buffer[v] for v in self.outputs]
         consts = [a.value for b in self.bindings for a in b.args if isinstance(a, Literal)]
+        body = bind_shared(body, self.taken)
         f = PrimFunc(self.name, params, len(self.outputs),
                      tir.dim_vars(params, [b.params for b in self.bindings], consts), body,
                      list(dict.fromkeys(self.host_checks)))
@@ -257,7 +269,7 @@ class _Builder:
             inner = [tir.fresh(f"r{k}", self.taken) for k in range(len(axes))]
             idx = full_index(inner)
             self.full_key = self._key(idx)
-            self.pending = []
+            self.pending, self.inlined = [], {}
             out_t = r.outvars[0].type.dtype
             accum = Accumulator(r.callee.name, out_t)
             x = self.value(r.args[0], idx)
@@ -272,6 +284,7 @@ class _Builder:
             stmts += [Local(acc, accum.init), body, Local(res, accum.result(acc))]
             self.locals[r.outvars[0]] = (res, list(outer))
         row_outs = [v for v in self.outputs if out_level[v] == "kept"]
+        self.inlined = {}
         pairs = []
         for v in row_outs:
             vi = reindex(list(outer), kept, v.type.shape)
@@ -282,7 +295,7 @@ class _Builder:
             inner = [tir.fresh(f"j{k}", self.taken) for k in range(len(axes))]
             idx = full_index(inner)
             self.full_key = self._key(idx)
-            self.pending = []
+            self.pending, self.inlined = [], {}
             pairs = []
             for v in elem_outs:
                 vi = idx if self.env.same_shape(v.type.shape, full) else reindex(idx, full, v.type.shape)

@@ -23,7 +23,7 @@ import sympy
 from .. import dtypes as dt
 from .. import tir
 from ..ir import Literal
-from ..shapes import is_symbolic
+from ..shapes import is_symbolic, same_dim
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
@@ -147,7 +147,7 @@ def reindex(idx: list, out_shape: tuple, in_shape: tuple) -> list:
         return src
     k = 0
     while (k < min(len(out_shape), len(in_shape)) - 0 and
-           _same_dim(out_shape[len(out_shape) - 1 - k], in_shape[len(in_shape) - 1 - k])):
+           same_dim(out_shape[len(out_shape) - 1 - k], in_shape[len(in_shape) - 1 - k])):
         k += 1
     out_pre, in_pre = out_shape[:len(out_shape) - k], in_shape[:len(in_shape) - k]
     tail = idx[len(idx) - k:] if k else []
@@ -161,10 +161,6 @@ def reindex(idx: list, out_shape: tuple, in_shape: tuple) -> list:
     if in_pre:
         src.append(flat)
     return list(reversed(src)) + list(tail)
-
-
-def _same_dim(a, b) -> bool:
-    return (a == b) if isinstance(a, int) or isinstance(b, int) else sympy.simplify(a - b) == 0
 
 
 @compute_rule("slice")

@@ -176,6 +176,12 @@ def _overwritable(body: Stmt, a, out) -> bool:
         if isinstance(s, Store) and s.buffer is out:
             events.append(("store", _index_key(s.index), inner))
             passes_through |= isinstance(s.value, Load) and s.value.buffer is a
+    # the store keys of each loop body, gathered once: a scan of all events per load is
+    # quadratic in a long straight-line body (an unrolled loop of thousands of loads)
+    store_keys: dict = {}
+    for kind, key, inner in events:
+        if kind == "store":
+            store_keys.setdefault(id(inner), set()).add(key)
     stored = False
     for kind, key, inner in events:
         if kind == "store":
@@ -183,7 +189,6 @@ def _overwritable(body: Stmt, a, out) -> bool:
             continue
         if stored:                # a store to ``out`` came first: it may have overwritten ``a``
             return False
-        same_body = [k for kd, k, i in events if kd == "store" and i is inner]
-        if not same_body or any(k != key for k in same_body):
+        if store_keys.get(id(inner), set()) != {key}:
             return False
     return passes_through and any(kind == "load" for kind, _, _ in events)

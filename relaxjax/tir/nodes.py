@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 import sympy
 
+from .. import dimpoly
 from .. import dtypes as dt
 from ..shapes import Dim, dim_str, free_symbols, is_symbolic
 
@@ -193,6 +194,32 @@ def to_sympy(e: Expr, var) -> Dim | None:
         args = [to_sympy(x, var) for x in e.args]
         return None if any(a is None for a in args) else _TO_SYMPY[e.name](*args)
     return None
+
+
+_TO_POLY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+            "neg": lambda a: -a, "convert": lambda a: a, "floor_div": dimpoly.floordiv,
+            "rem": dimpoly.mod, "min": lambda a, b: dimpoly.minmax("min", (a, b)),
+            "max": lambda a, b: dimpoly.minmax("max", (a, b))}
+
+
+def index_poly(e: Expr, memo: dict | None = None) -> dimpoly.Poly:
+    """An integer index expression as a dim polynomial over its variables (by name), for
+    exact equality tests without SymPy.  Raises ``dimpoly.Unsupported`` where a part has no
+    integer meaning (a load, a float, an op other than integer arithmetic)."""
+    memo = {} if memo is None else memo
+    r = memo.get(id(e))
+    if r is not None:
+        return r
+    if isinstance(e, Const) and e.dtype.kind in "iu":
+        r = dimpoly.const(int(e.value))
+    elif isinstance(e, Var) and e.dtype.kind in "iu":
+        r = dimpoly.var(e.name)
+    elif isinstance(e, Op) and e.dtype == INDEX and e.name in _TO_POLY:
+        r = _TO_POLY[e.name](*(index_poly(x, memo) for x in e.args))
+    else:
+        raise dimpoly.Unsupported(f"{expr_str(e)} is not integer index arithmetic")
+    memo[id(e)] = r
+    return r
 
 
 # ---------------------------------------------------------------------------------------

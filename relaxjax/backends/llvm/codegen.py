@@ -60,6 +60,13 @@ SERIAL_CYCLES = 150_000_000
 
 
 class KernelEmitter:
+    # id(node) -> (node, value) for the statement being emitted: a node shared in the
+    # statement's expression (FuseTIR shares a value read several times) is emitted once.
+    # Only values emitted outside any lazy branch are kept, as only those dominate the
+    # rest of the statement; None outside statements (host code between blocks).
+    _shared: dict | None = None
+    _lazy = 0
+
     def __init__(self, f: PrimFunc, sym: str):
         self.f = f
         self.sym = sym
@@ -241,20 +248,26 @@ class KernelEmitter:
         elif isinstance(s, For):
             self._for(s)
         elif isinstance(s, Store):
+            self._shared = {}
             v = self._expr(s.value)
             if s.buffer.dtype == BOOL:
                 v = fn.val("i8", f"zext i1 {v} to i8")
             ptr = self._addr(s.buffer, s.index, s)
+            self._shared = None
             fn.emit(f"store {memty(s.buffer.dtype)} {v}, ptr {ptr}")
         elif isinstance(s, Local):
             slot = f"%l.{s.var.name}.{fn.n}"
             fn.n += 1
             fn.entry_allocas.append(f"{slot} = alloca {llty(s.var.dtype)}")
             self.locals[s.var.name] = (slot, llty(s.var.dtype))
+            self._shared = {}
             fn.emit(f"store {llty(s.var.dtype)} {self._expr(s.init)}, ptr {slot}")
+            self._shared = None
         elif isinstance(s, Assign):
             slot, ty = self.locals[s.var.name]
+            self._shared = {}
             fn.emit(f"store {ty} {self._expr(s.value)}, ptr {slot}")
+            self._shared = None
         elif isinstance(s, If):
             c = self._expr(s.cond)
             then, els, end = fn.label("then"), fn.label("else"), fn.label("endif")
@@ -345,17 +358,25 @@ class KernelEmitter:
                 slot, ty = self.locals[e.name]
                 return fn.val(ty, f"load {ty}, ptr {slot}")
             return self.env[e.name]
+        shared = self._shared
+        if shared is not None:
+            hit = shared.get(id(e))
+            if hit is not None and hit[0] is e:
+                return hit[1]
         if isinstance(e, Load):
             ptr = self._addr(e.buffer, e.index, e)
             v = fn.val("", f"load {memty(e.dtype)}, ptr {ptr}")
             if e.dtype == BOOL:
                 v = fn.val("i1", f"icmp ne i8 {v}, 0")
-            return v
-        assert isinstance(e, Op), e
-        if e.name == "if_then_else":
-            return self._if_then_else(e)
-        args = [self._expr(a) for a in e.args]
-        return self._op(e, args)
+        else:
+            assert isinstance(e, Op), e
+            if e.name == "if_then_else":
+                v = self._if_then_else(e)
+            else:
+                v = self._op(e, [self._expr(a) for a in e.args])
+        if shared is not None and not self._lazy:
+            shared[id(e)] = (e, v)
+        return v
 
     def _const(self, v, dtype) -> str:
         ty = llty(dtype)
@@ -371,6 +392,7 @@ class KernelEmitter:
         c = self._expr(e.args[0])
         a, b, end = fn.label("ite_a"), fn.label("ite_b"), fn.label("ite_end")
         fn.emit(f"br i1 {c}, label %{a}, label %{b}")
+        self._lazy += 1                  # values emitted in a branch dominate only its rest
         fn.start_block(a)
         va = self._expr(e.args[1])
         ba = fn.block
@@ -378,6 +400,7 @@ class KernelEmitter:
         fn.start_block(b)
         vb = self._expr(e.args[2])
         bb = fn.block
+        self._lazy -= 1
         fn.emit(f"br label %{end}")
         fn.start_block(end)
         return fn.val("", f"phi {llty(e.dtype)} [ {va}, %{ba} ], [ {vb}, %{bb} ]")

@@ -168,6 +168,4 @@ class RunnerMemory:
 def _rename(d, local: dict) -> str:
     if isinstance(d, int):
         return str(d)
-    import sympy
-    return dim_str(d.xreplace({s: sympy.Symbol(local[s.name], integer=True, nonnegative=True)
-                               for s in free_symbols(d)}))
+    return dim_str(d, {s.name: local[s.name] for s in free_symbols(d)})
