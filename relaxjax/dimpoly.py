@@ -602,7 +602,15 @@ def _decide(op: str, d: Poly, bounds: Bounds, exact: set) -> bool | None:
     if c is not None:
         return c == 0 if op == "==" else c >= 0
     u = _rem_bounds(u, bounds, memo)
-    return _by_bounds(op, u, bounds, memo)
+    r = _by_bounds(op, u, bounds, memo)
+    if r is not None:
+        return r
+    # d is an integer (dims and floors are), though u's coefficients may be fractions: a
+    # lower bound above -1 proves d >= 0, a range inside (-1, 1) proves d == 0
+    lo, hi = interval(u, bounds, memo)
+    if lo > -1 and (op == ">=" or hi < 1):
+        return True
+    return None
 
 
 def exact_floor(p: Poly, c: Poly) -> Floor | None:

@@ -65,21 +65,28 @@ def _rebuild(e: Expr, kids: tuple) -> Expr:
 
 def map_expr(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     """``e`` rebuilt bottom-up: each node's operands are mapped first, then ``fn(node)``
-    gives what replaces the (rebuilt) node.  Nodes left unchanged are shared."""
+    gives what replaces the (rebuilt) node.  Nodes left unchanged are shared, and a node
+    shared by several parents (FuseTIR reuses the node of a value read several times) is
+    mapped once: a DAG stays a DAG, in time linear in its nodes."""
     done: list = []                       # results, in post-order
+    memo: dict = {}                       # id(node) -> its result (nodes with operands)
     stack: list = [(e, False)]
     while stack:
         x, expanded = stack.pop()
         kids = expr_children(x)
         if not kids:
             done.append(fn(x))
+        elif id(x) in memo:
+            done.append(memo[id(x)][1])
         elif not expanded:
             stack.append((x, True))
             stack.extend((k, False) for k in reversed(kids))
         else:
             new = tuple(done[len(done) - len(kids):])
             del done[len(done) - len(kids):]
-            done.append(fn(_rebuild(x, new)))
+            r = fn(_rebuild(x, new))
+            memo[id(x)] = (x, r)          # (x kept alive: its id stays unique meanwhile)
+            done.append(r)
     return done[0]
 
 
