@@ -18,7 +18,7 @@ from .shapes import INF, ShapeEnv, symbol
 from .structs import ShapeDtypeStruct
 
 
-PY_SCALARS = (bool, int, float)
+PY_SCALARS = (bool, int, float, complex)
 
 
 def leaf_kind(x, name: str):

@@ -312,6 +312,7 @@ class ShapeEnv:
         self.zero_mods: set = set()         # Mod(a, c) known to be 0 (proved or guarded)
         self._decided: dict = {}
         self._fresh = 0
+        self._assumed: dict = {}            # (op, a, b) -> True, see assume()
 
     # -- symbols -------------------------------------------------------------------------
     def declare(self, sym: sympy.Symbol, lo=1, hi=INF, value: int | None = None) -> None:
@@ -350,12 +351,22 @@ class ShapeEnv:
         if isinstance(a, int) and isinstance(b, int):
             return _OPS[op](a, b)
         key = (op, a, b)
+        if key in self._assumed:
+            return True
         r = self._decided.get(key, 0)
         if r != 0:
             return r
         r = self._prove(op, a, b)
         self._decided[key] = r
         return r
+
+    def assume(self, guards: Sequence["Guard"]) -> None:
+        """Take ``guards`` (a traced function's) as known: a pass that binds primitives anew
+        proves again what the trace proved under them (``min(3, n) == 3`` guarded)."""
+        mirror = {"==": "==", ">=": "<=", "<=": ">=", ">": "<", "<": ">", "!=": "!="}
+        for g in guards:
+            self._assumed[(g.op, g.lhs, g.rhs)] = True
+            self._assumed[(mirror[g.op], g.rhs, g.lhs)] = True
 
     def _prove(self, op: str, a: Dim, b: Dim) -> bool | None:
         if op in ("<", "<=", "!="):
