@@ -222,8 +222,8 @@ def contour_integral(slab_per_bc, Ham, int_pts, Y):
     Hamiltonian, T(z) = sum_n z^(s/2 - n) H_n solved against Y at every quadrature point
     (all points at once: one batched complex solve; the inverse when NR = NM, as NPBench)."""
     z = int_pts[:, None, None]                              # one system per point
-    T = np.zeros(Ham.shape[1:], np.complex128)
-    for n in range(slab_per_bc + 1):
+    T = np.power(z, slab_per_bc / 2) * Ham[0]
+    for n in range(1, slab_per_bc + 1):
         T = T + np.power(z, slab_per_bc / 2 - n) * Ham[n]
     X = np.linalg.inv(T) if Y.shape[1] == Ham.shape[1] else np.linalg.solve(T, Y)
     X = np.where(np.abs(z) < 1.0, -X, X)

@@ -1,7 +1,7 @@
 """The complex rules of the elementwise primitives: complex arithmetic on (re, im) parts,
-computed the way NumPy's loops compute it, so results match NumPy's bit for bit where
-NumPy's own formula is plain arithmetic (multiply, Smith's division, small integer powers)
-and to a few ulps where it calls libm (exp, log, sqrt, hypot).
+with the formulas NumPy's loops use (multiply, Smith's division, small integer powers by
+repeated squaring; equal to rounding, since NumPy's SIMD loops and LLVM may fuse
+multiply-adds) and C's for what NumPy leaves to libm (exp, log, sqrt, hypot, cpow).
 
 Each rule takes :class:`Parts` for complex operands and binds real primitives (looked up by
 name when the rule runs: ``elementwise`` defines them and names these rules).
@@ -181,7 +181,7 @@ def _small_integer_exponent(b: Parts) -> int | None:
 
 
 def pow_rule(a: Parts, b: Parts) -> Parts:
-    """NumPy's complex power: z^0 = 1; 0^p is 0 for a real p > 0, NaN otherwise; a constant
+    """NumPy's complex power: z^0 = 1; 0^p is 0 where Re p > 0, NaN otherwise; a constant
     small integer exponent by repeated squaring (as NumPy, exact where multiplication is);
     any other exponent as exp(p log z), as C's cpow."""
     n = _small_integer_exponent(b)
@@ -207,7 +207,7 @@ def pow_rule(a: Parts, b: Parts) -> Parts:
     r = exp_rule(cmul(b, log_rule(a)))
     is0 = _and(_eq(a.re, zero_), _eq(a.im, zero_))
     b0 = _and(_eq(b.re, zero_), _eq(b.im, zero_))
-    at0 = _sel(_and(_bind("gt", b.re, zero_), _eq(b.im, zero_)), zero_, _c(a.re, np.nan))
+    at0 = _sel(_bind("gt", b.re, zero_), zero_, _c(a.re, np.nan))
     re = _sel(b0, one, _sel(is0, at0, r.re))
     im = _sel(b0, zero_, _sel(is0, at0, r.im))
     return Parts(re, im)
