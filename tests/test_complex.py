@@ -65,7 +65,15 @@ def check_all(key, fn, np_fn, *args, tolerance=None):
         assert got.dtype == dtype, (key, b, got.dtype, dtype)
         assert got.shape == val.shape, (key, b, got.shape, val.shape)
         if dtype.kind in "fc":
-            np.testing.assert_allclose(got.astype(val.dtype), val, equal_nan=True, err_msg=f"{key} {b}", **t)
+            g = got.astype(val.dtype)
+            if dtype in (C64, np.float32):
+                # where the exact value overflows float32, the single-precision result is
+                # inf or NaN (NumPy's too): compared only where it is representable
+                big = np.abs(val) > np.finfo(np.float32).max / 4
+                g, v = np.where(big, 0, g), np.where(big, 0, val)
+            else:
+                v = val
+            np.testing.assert_allclose(g, v, equal_nan=True, err_msg=f"{key} {b}", **t)
         else:
             np.testing.assert_array_equal(got, val, err_msg=f"{key} {b}")
     return val
@@ -450,3 +458,7 @@ def test_shape_errors_still_name_the_shapes():
     with pytest.raises(TypeError, match="complex64"):
         g(np.ones(3, np.complex128))
     np.testing.assert_allclose(g(np.ones(3, np.complex64) * 1j), 2j * np.ones(3))
+    h = rj.jit(lambda s: s * 2, shapes=(rj.ShapeDtypeStruct((), "float64"),))
+    with pytest.raises(TypeError, match="Python complex"):
+        h(1j)
+    assert rj.jit(lambda s: s * 2, shapes=(rj.ShapeDtypeStruct((), "complex64"),))(1j).dtype == C64
