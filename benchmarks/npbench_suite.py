@@ -198,12 +198,12 @@ def worker(args) -> dict:
     # relaxjax
     try:
         f = rj.jit(k.fn, static_argnums=k.static_argnums())
-        packed = k.pack(data)
+        packed = k.arguments(data)
         t0 = time.perf_counter()
         out = f(*packed)
         first = time.perf_counter() - t0
-        ok, err = compare(ref, k.join(out), nb.info)
-        if len(ref) != len(k.join(out)):
+        ok, err = compare(ref, k.outputs(out), nb.info)
+        if len(ref) != len(k.outputs(out)):
             ok, err = False, float("inf")
         stats, _ = H.measure(lambda: f(*packed), lambda o: None, budget)
         res["relaxjax"] = {"median_s": stats["median_s"], "first_call_s": first,
@@ -216,7 +216,7 @@ def worker(args) -> dict:
             if preset == args.preset:
                 continue
             try:
-                f(*k.pack(nb.data(preset)))
+                f(*k.arguments(nb.data(preset)))
             except Exception as e:              # noqa: BLE001  (recorded)
                 res.setdefault("size_errors", {})[preset] = first_line(e)
         res["relaxjax"]["compiles"] = f.cache_info().compiles
@@ -228,7 +228,7 @@ def worker(args) -> dict:
     # flow as Python loops, in-place updates on copies) against NPBench's NumPy version
     if res.get("status") != "ok":
         try:
-            ok, err = compare(ref, k.join(k.fn(*k.pack(data))), nb.info)
+            ok, err = compare(ref, k.outputs(k.fn(*k.arguments(data))), nb.info)
             res["eager"] = "ok" if ok else f"wrong (relative error {err:.1e})"
         except Exception as e:                  # noqa: BLE001
             res["eager"] = first_line(e)

@@ -35,11 +35,17 @@ class Primitive:
     * ``dtype_rule(*types, **params)`` -> output dtype (or list);
     * ``impl(*arrays, **params)`` -> NumPy result(s): the reference semantics;
     * ``kind``: how fusion will see it (elementwise, broadcast, injective, reduction, control,
-      output_fusable, opaque, data_dependent).
+      output_fusable, opaque, data_dependent);
+    * ``complex_rule(*args, **params)``: the primitive on complex operands in terms of real
+      ones, for SplitComplex (``relaxjax.compile.split_complex``), which runs it in a trace:
+      each complex operand comes as a :class:`~relaxjax.lax.complex_parts.Parts` (real and
+      imaginary tracers), each real one as a tracer; it returns Parts for a complex result,
+      a tracer for a real one (a list for several).  None: complex operands are an error.
     """
 
     def __init__(self, name: str, *, shape_rule: Callable, dtype_rule: Callable, impl: Callable,
-                 kind: str = "opaque", multiple_results: bool = False, weak_rule: Callable | None = None):
+                 kind: str = "opaque", multiple_results: bool = False, weak_rule: Callable | None = None,
+                 complex_rule: Callable | None = None):
         self.name = name
         self.shape_rule = shape_rule
         self.dtype_rule = dtype_rule
@@ -47,6 +53,7 @@ class Primitive:
         self.kind = kind
         self.multiple_results = multiple_results
         self.weak_rule = weak_rule or (lambda *types, **p: False)
+        self.complex_rule = complex_rule
         PRIMITIVES[name] = self
 
     def __reduce__(self):
@@ -63,6 +70,12 @@ class Primitive:
             dtypes = [dtypes] * len(shapes)
         if not isinstance(weak, (list, tuple)):
             weak = [weak] * len(shapes)
+        if self.complex_rule is None:
+            bad = [t.dtype for t in types if t.dtype.kind == "c"] or \
+                [np.dtype(d) for d in dtypes if np.dtype(d).kind == "c"]
+            if bad:
+                raise TypeError(f"{self.name} does not support complex arrays (got {bad[0]}); "
+                                f"relaxjax has no complex version of it")
         return [TensorType(tuple(s), np.dtype(d), bool(w)) for s, d, w in zip(shapes, dtypes, weak)]
 
     def bind(self, *args, **params):
@@ -150,7 +163,7 @@ class TraceContext:
                 dt.canonical(arr.dtype)
                 hit = self._consts[id(x)] = (x, Literal(arr, TensorType(arr.shape, arr.dtype)))
             return hit[1]
-        if isinstance(x, (bool, int, float)):
+        if isinstance(x, (bool, int, float, complex)):
             d = dt.WEAK_DEFAULT[type(x)]
             return Literal(np.asarray(x, d), TensorType((), d, True))
         raise TypeError(f"cannot use a {type(x).__name__} as an array operand")

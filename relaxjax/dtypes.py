@@ -12,14 +12,15 @@ import numpy as np
 
 SUPPORTED = tuple(np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                         "uint16", "uint32", "uint64", "float16", "float32",
-                                        "float64"))
+                                        "float64", "complex64", "complex128"))
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16",
-          "float32": "f32", "float64": "f64"}
+          "float32": "f32", "float64": "f64", "complex64": "c64", "complex128": "c128"}
 _FROM_SHORT = {v: k for k, v in _SHORT.items()}
 
 # The dtype a weak Python scalar takes when nothing strong is around (NumPy defaults).
-WEAK_DEFAULT = {bool: np.dtype("bool"), int: np.dtype("int64"), float: np.dtype("float64")}
+WEAK_DEFAULT = {bool: np.dtype("bool"), int: np.dtype("int64"), float: np.dtype("float64"),
+                complex: np.dtype("complex128")}
 
 
 def canonical(dtype: Any) -> np.dtype:
@@ -43,11 +44,31 @@ def short_name(dtype: np.dtype) -> str:
 def python_type_of(dtype: np.dtype) -> type:
     """The Python scalar type that stands for a weak value of this dtype's kind."""
     k = np.dtype(dtype).kind
-    return bool if k == "b" else float if k == "f" else int
+    return bool if k == "b" else float if k == "f" else complex if k == "c" else int
 
 
 def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The dtype of a complex dtype's parts (complex64 -> float32); a real dtype itself."""
+    d = np.dtype(dtype)
+    return np.dtype(f"float{d.itemsize * 4}") if d.kind == "c" else d
+
+
+def complex_dtype(dtype) -> np.dtype:
+    """The complex dtype whose parts are ``dtype`` (float32 -> complex64; float64 and every
+    other real dtype -> complex128, as NumPy promotes them against a Python complex)."""
+    d = np.dtype(dtype)
+    if d.kind == "c":
+        return d
+    return np.dtype("complex64") if d in (np.dtype("float32"), np.dtype("float16")) else \
+        np.dtype("complex128")
 
 
 def is_int(dtype) -> bool:

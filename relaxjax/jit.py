@@ -19,6 +19,7 @@ from .backends import get_backend
 from .compile.legalize import legalize, unlowered
 from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
+from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
 from .ir import IRModule, Literal
 from .jit_args import CallArgs, check_static, spec_list
@@ -65,12 +66,23 @@ class _Entry:
         self._single = self._values_only and self.out_tree.num_leaves == 1 and \
             optree.treespec_is_leaf(self.out_tree)
         self._guard = _alias_guard(self.module)
+        attrs = self.module.main.attrs
+        self._complex_in = attrs.get("complex_params", ())
+        self._complex_out = attrs.get("complex_results", ())
 
     def run(self, dims: tuple, arrays):
         """Run with the arguments' arrays, whose shapes the binder accepted as ``dims``."""
+        if self._complex_in:
+            arrays = list(arrays)
+            for i in self._complex_in:
+                arrays[i] = _as_packed(arrays[i])
         outs = self.executable(dict(zip(self._names, dims)), arrays)
         if self._guard is not None:
             outs = self._guard(outs, arrays)
+        if self._complex_out:
+            outs = list(outs)
+            for i in self._complex_out:
+                outs[i] = _as_complex(outs[i])
         if self._single:
             return outs[self.out_kinds[0][1]]
         if self._values_only:
@@ -78,6 +90,25 @@ class _Entry:
         leaves = [outs[v] if k == "value" else int(outs[v]) if k == "dim" else v
                   for k, v in self.out_kinds]
         return optree.tree_unflatten(self.out_tree, leaves)
+
+
+def _as_packed(a):
+    """A complex array as the packed float array SplitComplex's parameters take (its shape
+    plus a trailing 2: (re, im) interleaved, NumPy's layout): a view, whatever its strides
+    (the backend copies a non-contiguous one, as any argument)."""
+    if isinstance(a, np.ndarray):
+        return a[..., None].view(a.real.dtype)
+    if not a.flags.c_contiguous:             # a CuPy array
+        a = a.copy()
+    return a.view(a.real.dtype).reshape(a.shape + (2,))
+
+
+def _as_complex(o):
+    """A packed result (trailing axis of 2) as the complex array it holds: a view."""
+    if not o.flags.c_contiguous:
+        o = o.copy()
+    cd = np.complex64 if o.dtype == np.float32 else np.complex128
+    return o.view(cd).reshape(o.shape[:-1])
 
 
 def _alias_guard(module: IRModule):
@@ -378,6 +409,9 @@ class Jitted:
                 pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
                 lowered = lower_cached(module, pipeline)
             else:
+                if split_complex not in pipeline and has_complex(module):
+                    # no backend takes complex values: split them first, as the default does
+                    pipeline = [split_complex, *pipeline]
                 lowered = run_pipeline(module, pipeline)
                 if getattr(backend, "runs_loops", True) and unlowered(lowered.main):
                     # a backend is handed a fully lowered module: lower what the user's

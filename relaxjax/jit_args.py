@@ -18,7 +18,7 @@ from .shapes import INF, ShapeEnv, symbol
 from .structs import ShapeDtypeStruct
 
 
-PY_SCALARS = (bool, int, float)
+PY_SCALARS = (bool, int, float, complex)
 
 
 def leaf_kind(x, name: str):
@@ -309,6 +309,8 @@ class CallArgs:
 def _check_scalar(name: str, value, dtype: np.dtype) -> None:
     """A Python scalar given for a struct of ``dtype`` converts exactly or is an error: a
     float is not truncated to an int struct, an int out of range does not wrap."""
+    if isinstance(value, complex) and dtype.kind != "c":
+        raise TypeError(f"argument {name}: expected dtype {dtype}, got a Python complex {value!r}")
     if isinstance(value, bool) or dtype.kind in "fc":
         return
     if isinstance(value, float):

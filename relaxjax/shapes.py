@@ -338,6 +338,7 @@ class ShapeEnv:
         self._exact: set = set()
         self._exact_for: int | None = None    # len(zero_mods) that _exact was built from
         self._fresh = 0
+        self._assumed: dict = {}            # (op, a, b) -> True, see assume()
 
     # -- symbols -------------------------------------------------------------------------
     def declare(self, sym: sympy.Symbol, lo=1, hi=INF, value: int | None = None) -> None:
@@ -376,12 +377,22 @@ class ShapeEnv:
         if isinstance(a, int) and isinstance(b, int):
             return _OPS[op](a, b)
         key = (op, a, b)
+        if key in self._assumed:
+            return True
         r = self._decided.get(key, _MISSING)
         if r is not _MISSING:
             return r
         r = self._prove(op, a, b)
         self._decided[key] = r
         return r
+
+    def assume(self, guards: Sequence["Guard"]) -> None:
+        """Take ``guards`` (a traced function's) as known: a pass that binds primitives anew
+        proves again what the trace proved under them (``min(3, n) == 3`` guarded)."""
+        mirror = {"==": "==", ">=": "<=", "<=": ">=", ">": "<", "<": ">", "!=": "!="}
+        for g in guards:
+            self._assumed[(g.op, g.lhs, g.rhs)] = True
+            self._assumed[(mirror[g.op], g.rhs, g.lhs)] = True
 
     def _prove(self, op: str, a: Dim, b: Dim) -> bool | None:
         if op in ("<", "<=", "!="):

@@ -21,6 +21,9 @@ def shapes(min_dims=1, max_dims=3, sizes=SMALL_SIZES):
 
 def arrays(dtype, shape, lo=-10.0, hi=10.0):
     dtype = np.dtype(dtype)
+    if dtype.kind == "c":                   # (re, im) parts drawn as floats of the part dtype
+        part = arrays(np.dtype(f"float{dtype.itemsize * 4}"), shape, lo, hi)
+        return st.tuples(part, part).map(lambda p: (p[0] + 1j * p[1]).astype(dtype))
     if dtype.kind == "f":
         elems = st.floats(lo, hi, allow_nan=False, width=dtype.itemsize * 8)
     elif dtype.kind == "b":
@@ -34,9 +37,9 @@ def tolerance(dtype):
     dtype = np.dtype(dtype)
     if dtype == np.float16:
         return dict(rtol=1e-2, atol=1e-2)
-    if dtype == np.float32:
+    if dtype in (np.float32, np.complex64):
         return dict(rtol=2e-5, atol=1e-5)
-    if dtype == np.float64:
+    if dtype in (np.float64, np.complex128):
         return dict(rtol=1e-12, atol=1e-12)
     return dict(rtol=0, atol=0)
 

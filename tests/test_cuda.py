@@ -135,6 +135,10 @@ def _corpus() -> list:
                 tol=dict(rtol=1e-4, atol=1e-4)),
         Program("cond", lambda x: rj.lax.cond(x.sum() > 0, lambda a: a * 2.0, lambda a: -a, x),
                 (S((n, m), f32),), tol=dict(rtol=1e-4, atol=1e-4)),
+        # complex values: split into real parts (SplitComplex) before any kernel is made
+        Program("complex arithmetic", lambda x, y: (rnp.conj(x) * y / (y + 3.0) + x.real,
+                                                    x.imag * abs(y) + rnp.exp(x * 0.5j)),
+                (S((n, m), "complex64"), S((m,), "complex64")), -2, 2, tol=dict(rtol=1e-4, atol=1e-4)),
     ]
 
     def w5(q, k, v):

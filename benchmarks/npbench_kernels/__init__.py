@@ -7,10 +7,9 @@ time steps and recurrences.  Each function names its NPBench source in its docst
 ``KERNELS`` maps NPBench's benchmark name (the stem of its ``bench_info/<name>.json``) to a
 :class:`Kernel`: the function, which of NPBench's inputs it takes (``args``), which of them
 are static (Python ints that fix shapes), which of NPBench's outputs its results are
-compared with, how complex inputs and outputs are split (relaxjax has no complex dtype, so
-those kernels take and return (real, imaginary) pairs), whether it needs control flow or
-in-place updates that this tree may lack, and a generator of small NPBench-independent
-inputs for the tests.  No NPBench code or data is kept here: ``benchmarks/npbench_suite.py``
+compared with, whether it needs control flow or in-place updates that this tree may lack,
+and a generator of small NPBench-independent inputs for the tests.  Complex kernels take
+and return complex arrays, as NPBench's NumPy versions do.  No NPBench code or data is kept here: ``benchmarks/npbench_suite.py``
 loads NPBench's initializers and peer versions from a checkout.
 """
 from __future__ import annotations
@@ -30,8 +29,6 @@ class Kernel:
     static: tuple[str, ...] = ()   # of args: passed as static arguments (fix shapes)
     npb_out: tuple[int, ...] | None = None   # indices into NPBench's outputs (its return
     #                                          values, then its output_args); None: all
-    complex_in: tuple[str, ...] = ()   # of args: passed as two float arrays (re, im)
-    complex_out: tuple[int, ...] = ()  # result positions that start a (re, im) pair
     written: tuple[str, ...] = ()     # inputs NPBench's NumPy version writes its result
     #                                    into though bench_info lists no output_args
     needs: frozenset = frozenset()     # {"control_flow", "inplace"}: features not yet merged
@@ -43,39 +40,18 @@ class Kernel:
     def __call__(self, *args: Any):
         return self.fn(*args)
 
-    def pack(self, values: dict) -> list:
-        """The function's arguments from NPBench-named values (complex ones split)."""
-        out = []
-        for name in self.args:
-            v = values[name]
-            if name in self.complex_in:
-                v = np.asarray(v)
-                out += [np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag)]
-            else:
-                out.append(v)
-        return out
+    def arguments(self, values: dict) -> list:
+        """The function's arguments from NPBench-named values."""
+        return [values[name] for name in self.args]
 
-    def join(self, results) -> list:
-        """The function's results as a list, (re, im) pairs joined into complex arrays."""
-        res = list(results) if isinstance(results, (tuple, list)) else [results]
-        out, i = [], 0
-        while i < len(res):
-            if i in self.complex_out:
-                out.append(np.asarray(res[i]) + 1j * np.asarray(res[i + 1]))
-                i += 2
-            else:
-                out.append(res[i])
-                i += 1
-        return out
+    @staticmethod
+    def outputs(results) -> list:
+        """The function's results as a list."""
+        return list(results) if isinstance(results, (tuple, list)) else [results]
 
     def static_argnums(self) -> tuple[int, ...]:
-        """Positions of the static arguments in the packed argument list."""
-        pos, nums = 0, []
-        for name in self.args:
-            if name in self.static:
-                nums.append(pos)
-            pos += 2 if name in self.complex_in else 1
-        return tuple(nums)
+        """Positions of the static arguments in the argument list."""
+        return tuple(i for i, name in enumerate(self.args) if name in self.static)
 
     def reference(self, values: dict) -> list:
         """The NumPy float64 reference: ``ref`` on the values, else the function run
@@ -83,7 +59,7 @@ class Kernel:
         if self.ref is not None:
             r = self.ref(*[values[a] for a in self.args])
             return list(r) if isinstance(r, (tuple, list)) else [r]
-        return self.join(self.fn(*self.pack(values)))
+        return self.outputs(self.fn(*self.arguments(values)))
 
 
 KERNELS: dict[str, Kernel] = {}
@@ -91,7 +67,7 @@ KERNELS: dict[str, Kernel] = {}
 
 def register(name: str, source: str, args: str, **kw) -> Callable:
     def deco(fn: Callable) -> Callable:
-        for key in ("static", "complex_in", "written"):
+        for key in ("static", "written"):
             if isinstance(kw.get(key), str):
                 kw[key] = tuple(kw[key].split())
         if "needs" in kw:

@@ -1,7 +1,6 @@
 """NPBench's kernels outside PolyBench and deep learning: physics, stencils, fractals,
 FFT, sparse and bit-level kernels (npbench/benchmarks/<name>/, weather_stencils/,
-pythran/).  relaxjax has no complex dtype, so the complex kernels take and return
-(real, imaginary) pairs of float64 arrays and do complex arithmetic on them."""
+pythran/)."""
 from __future__ import annotations
 
 import numpy as np
@@ -201,10 +200,6 @@ def compute(array_1, array_2, a, b, c):
     return np.clip(array_1, 2, 10) * a + array_2 * b + c
 
 
-def _cmul(ar, ai, br, bi):
-    return ar * br - ai * bi, ar * bi + ai * br
-
-
 def _contour_ref(slab_per_bc, Ham, int_pts, Y):
     nr, nm = Y.shape
     P0 = np.zeros((nr, nm), complex)
@@ -219,35 +214,20 @@ def _contour_ref(slab_per_bc, Ham, int_pts, Y):
 
 
 @register("contour_integral", "contour_integral", "slab_per_bc Ham int_pts Y",
-          static="slab_per_bc", complex_in="Ham int_pts Y", complex_out=(0, 2), rtol=1e-6,
-          ref=_contour_ref, sizes=(1, 4),
+          static="slab_per_bc", rtol=1e-6, ref=_contour_ref, sizes=(1, 4),
           inputs=lambda r, s: dict(slab_per_bc=2, Ham=_c(r, 3, s + 1, s + 1),
                                    int_pts=_c(r, 5), Y=_c(r, s + 1, s + 3)))
-def contour_integral(slab_per_bc, Hr, Hi, zr, zi, Yr, Yi):
+def contour_integral(slab_per_bc, Ham, int_pts, Y):
     """contour_integral: a contour integral of the resolvent of a block-tridiagonal
     Hamiltonian, T(z) = sum_n z^(s/2 - n) H_n solved against Y at every quadrature point
-    (one batched solve of the real 2NR x 2NR form of the complex systems; the inverse
-    when NR = NM, as NPBench)."""
-    nr = Hr.shape[1]
-    mod, arg = np.sqrt(zr * zr + zi * zi), np.arctan2(zi, zr)
-    Tr, Ti = 0.0, 0.0
-    for n in range(slab_per_bc + 1):                     # z^e = |z|^e (cos e t + i sin e t)
-        e = slab_per_bc / 2 - n
-        wr, wi = mod ** e * np.cos(e * arg), mod ** e * np.sin(e * arg)
-        Tr = Tr + wr[:, None, None] * Hr[n] - wi[:, None, None] * Hi[n]
-        Ti = Ti + wr[:, None, None] * Hi[n] + wi[:, None, None] * Hr[n]
-    big = np.concatenate([np.concatenate([Tr, -Ti], axis=2),
-                          np.concatenate([Ti, Tr], axis=2)], axis=1)   # (P, 2NR, 2NR)
-    if Yr.shape[1] == nr:
-        eye = np.eye(nr)
-        rhs = np.concatenate([eye, np.zeros_like(eye)])
-    else:
-        rhs = np.concatenate([Yr, Yi])
-    X = np.linalg.solve(big, np.broadcast_to(rhs, (zr.shape[0],) + rhs.shape))
-    sign = np.where(mod < 1.0, -1.0, 1.0)[:, None, None]
-    Xr, Xi = X[:, :nr] * sign, X[:, nr:] * sign
-    P1r, P1i = _cmul(zr[:, None, None], zi[:, None, None], Xr, Xi)
-    return np.sum(Xr, axis=0), np.sum(Xi, axis=0), np.sum(P1r, axis=0), np.sum(P1i, axis=0)
+    (all points at once: one batched complex solve; the inverse when NR = NM, as NPBench)."""
+    z = int_pts[:, None, None]                              # one system per point
+    T = np.power(z, slab_per_bc / 2) * Ham[0]
+    for n in range(1, slab_per_bc + 1):
+        T = T + np.power(z, slab_per_bc / 2 - n) * Ham[n]
+    X = np.linalg.inv(T) if Y.shape[1] == Ham.shape[1] else np.linalg.solve(T, Y)
+    X = np.where(np.abs(z) < 1.0, -X, X)
+    return np.sum(X, axis=0), np.sum(z * X, axis=0)
 
 
 def _crc_ref(data, poly=0x8408):
@@ -285,12 +265,12 @@ def go_fast(a):
     return a + np.sum(np.tanh(np.diagonal(a)))
 
 
-def _grid_c(xmin, xmax, ymin, ymax, xn, yn):
-    # np.linspace(xmin, xmax, xn) with traced end points: relaxjax's linspace takes
-    # only Python numbers, so the grid is spelled out
+def _grid(xmin, xmax, ymin, ymax, xn, yn):
+    """The points x + iy of the (yn, xn) grid: np.linspace spelled out (relaxjax's takes
+    only Python end points), in linspace's arithmetic (start + step * k)."""
     X = xmin + (xmax - xmin) / (xn - 1) * np.arange(xn)
     Y = ymin + (ymax - ymin) / (yn - 1) * np.arange(yn)
-    return X[None, :] + 0.0 * Y[:, None], Y[:, None] + 0.0 * X[None, :]   # (yn, xn)
+    return X + Y[:, None] * 1j
 
 
 def _mandel1_ref(xmin, xmax, ymin, ymax, xn, yn, maxiter, horizon):
@@ -309,21 +289,21 @@ _MANDEL_IN = dict(xmin=-1.75, xmax=0.25, ymin=-1.0, ymax=1.0, maxiter=12, horizo
 
 
 @register("mandelbrot1", "mandelbrot1", "xmin xmax ymin ymax XN YN maxiter horizon",
-          static="XN YN", needs="control_flow", complex_out=(0,), ref=_mandel1_ref, rtol=1e-9,
+          static="XN YN", needs="control_flow", ref=_mandel1_ref, rtol=1e-9,
           inputs=lambda r, s: dict(_MANDEL_IN, XN=s + 2, YN=s + 3))
 def mandelbrot1(xmin, xmax, ymin, ymax, XN, YN, maxiter, horizon):
     """mandelbrot1: escape-time Mandelbrot set over an XN x YN grid, every point iterated
     under a mask of the points still bounded."""
-    cr, ci = _grid_c(xmin, xmax, ymin, ymax, XN, YN)
+    C = _grid(xmin, xmax, ymin, ymax, XN, YN)
 
     def step(n, s):
-        zr, zi, N = s
-        m = np.sqrt(zr * zr + zi * zi) < horizon
-        return (np.where(m, zr * zr - zi * zi + cr, zr), np.where(m, 2 * zr * zi + ci, zi),
-                np.where(m, n, N))
+        Z, N = s
+        m = np.abs(Z) < horizon
+        return np.where(m, Z ** 2 + C, Z), np.where(m, n, N)
 
-    zr, zi, N = fori_loop(0, maxiter, step, (0.0 * cr, 0.0 * cr, np.zeros(cr.shape, np.int64)))
-    return zr, zi, np.where(N == maxiter - 1, 0, N)
+    Z, N = fori_loop(0, maxiter, step, (np.zeros(C.shape, np.complex128),
+                                        np.zeros(C.shape, np.int64)))
+    return Z, np.where(N == maxiter - 1, 0, N)
 
 
 def _mandel2_ref(xmin, xmax, ymin, ymax, xn, yn, itermax, horizon):
@@ -342,25 +322,23 @@ def _mandel2_ref(xmin, xmax, ymin, ymax, xn, yn, itermax, horizon):
 
 
 @register("mandelbrot2", "mandelbrot2", "xmin xmax ymin ymax XN YN maxiter horizon",
-          static="XN YN", needs="control_flow", complex_out=(0,), ref=_mandel2_ref, rtol=1e-9,
+          static="XN YN", needs="control_flow", ref=_mandel2_ref, rtol=1e-9,
           inputs=lambda r, s: dict(_MANDEL_IN, XN=s + 2, YN=s + 3))
 def mandelbrot2(xmin, xmax, ymin, ymax, XN, YN, maxiter, horizon):
     """mandelbrot2: the escape-time set keeping, per point, the iterate and the step at
     which it escaped (0 if it never did); NPBench compacts the live points, here they
     stay in place under a mask."""
-    cr, ci = _grid_c(xmin, xmax, ymin, ymax, XN, YN)
+    C = _grid(xmin, xmax, ymin, ymax, XN, YN)
 
     def step(i, s):
-        zr, zi, outr, outi, N, alive = s
-        zr, zi = np.where(alive, zr * zr - zi * zi + cr, zr), np.where(alive, 2 * zr * zi + ci, zi)
-        esc = alive & (np.sqrt(zr * zr + zi * zi) > horizon)
-        return (zr, zi, np.where(esc, zr, outr), np.where(esc, zi, outi),
-                np.where(esc, i + 1, N), alive & ~esc)
+        Z, Z_, N_, alive = s
+        Z = np.where(alive, Z * Z + C, Z)
+        esc = alive & (np.abs(Z) > horizon)
+        return Z, np.where(esc, Z, Z_), np.where(esc, i + 1, N_), alive & ~esc
 
-    z = 0.0 * cr
-    s = fori_loop(0, maxiter, step, (z, z, z, z, np.zeros(cr.shape, np.int64),
-                                     np.ones(cr.shape, bool)))
-    return s[2], s[3], s[4]
+    z = np.zeros(C.shape, np.complex128)
+    s = fori_loop(0, maxiter, step, (z, z, np.zeros(C.shape, np.int64), np.ones(C.shape, bool)))
+    return s[1], s[2]
 
 
 def _accel(pos, mass, G, softening):
@@ -430,32 +408,20 @@ def _sse_inputs(r, s):
                 Sigma=np.zeros((2, 3, na, norb, norb), complex))
 
 
-def _ceinsum(spec, x, y):
-    """einsum of two complex operands given as (re, im) pairs."""
-    rr, ii = np.einsum(spec, x[0], y[0]), np.einsum(spec, x[1], y[1])
-    ri, ir = np.einsum(spec, x[0], y[1]), np.einsum(spec, x[1], y[0])
-    return rr - ii, ri + ir
-
-
 @register("scattering_self_energies", "scattering_self_energies",
-          "neigh_idx dH G D Sigma", complex_in="dH G D Sigma", complex_out=(0,), rtol=1e-9,
-          written="Sigma",
+          "neigh_idx dH G D Sigma", rtol=1e-9, written="Sigma",
           ref=_sse_ref, inputs=_sse_inputs, sizes=(1, 3))
-def scattering_self_energies(neigh_idx, dHr, dHi, Gr, Gi, Dr, Di, Sr, Si):
+def scattering_self_energies(neigh_idx, dH, G, D, Sigma):
     """scattering_self_energies (OMEN's electron-phonon self-energy): Sigma[k, E, a] +=
     sum over q, w <= E, i, j, b of G[k, E - w, neigh(a, b)] dH[a, b, i] dH[a, b, j]
     D[q, w, a, b, i, j], as complex einsums; the energy shift E - w is a 0/1 matrix."""
-    ne, nw = Gr.shape[1], Dr.shape[1]
+    ne, nw = G.shape[1], D.shape[1]
     e, w = rnp.arange(ne), rnp.arange(nw)
-    shift = (e[None, :, None] - w[:, None, None] == e[None, None, :]).astype(Gr.dtype)
-    Gn = (Gr[:, :, neigh_idx], Gi[:, :, neigh_idx])               # (k, E', a, b, x, y)
-    Gs = (np.einsum("wEF,kFabxy->kEwabxy", shift, Gn[0]),         # G[k, E - w] or 0
-          np.einsum("wEF,kFabxy->kEwabxy", shift, Gn[1]))
-    Dq = (np.sum(Dr, axis=0), np.sum(Di, axis=0))                 # (w, a, b, i, j)
-    M = _ceinsum("abjzu,wabij->wabizu", (dHr, dHi), Dq)
-    GdH = _ceinsum("kEwabxy,abiyz->kEwabixz", Gs, (dHr, dHi))
-    Sr2, Si2 = _ceinsum("kEwabixz,wabizu->kEaxu", GdH, M)
-    return Sr + Sr2, Si + Si2
+    shift = (e[None, :, None] - w[:, None, None] == e[None, None, :]).astype(np.float64)
+    Gs = np.einsum("wEF,kFabxy->kEwabxy", shift, G[:, :, neigh_idx])  # G[k, E - w] or 0
+    M = np.einsum("abjzu,wabij->wabizu", dH, np.sum(D, axis=0))
+    GdH = np.einsum("kEwabxy,abiyz->kEwabixz", Gs, dH)
+    return Sigma + np.einsum("kEwabixz,wabizu->kEaxu", GdH, M)
 
 
 def _spmv_ref(A_row, A_col, A_val, x):
@@ -487,28 +453,22 @@ def spmv(A_row, A_col, A_val, x):
     return scatter_add(np.zeros(m, A_val.dtype), row_of, prod)
 
 
-@register("stockham_fft", "stockham_fft", "R K x", static="R K", complex_in="x",
-          complex_out=(0,), npb_out=(0,), rtol=1e-8, sizes=(1, 3),
-          ref=lambda R, K, x: np.fft.fft(x),
+@register("stockham_fft", "stockham_fft", "R K x", static="R K", npb_out=(0,), rtol=1e-8,
+          sizes=(1, 3), ref=lambda R, K, x: np.fft.fft(x),
           inputs=lambda r, s: dict(R=2 + s % 2, K=s + 1, x=_c(r, (2 + s % 2) ** (s + 1))))
-def stockham_fft(R, K, xr, xi):
+def stockham_fft(R, K, x):
     """stockham_fft: radix-R Stockham FFT of length R**K: per stage a stride
     permutation, twiddle factors and an R-point DFT as a matmul."""
     n = R ** K
     k = np.arange(R)
-    ang = -2.0 * np.pi * np.outer(k, k) / R
-    fr, fi = np.cos(ang), np.sin(ang)
-    yr, yi = xr, xi
+    dft_mat = np.exp(-2.0j * np.pi * k[:, None] * k[None, :] / R)
+    y = x
     for i in range(K):
-        pr = np.transpose(np.reshape(yr, (R ** i, R, R ** (K - i - 1))), (1, 0, 2))
-        pi = np.transpose(np.reshape(yi, (R ** i, R, R ** (K - i - 1))), (1, 0, 2))
-        tw = -2.0 * np.pi * np.outer(k, np.arange(R ** i)) / R ** (i + 1)
-        wr, wi = np.cos(tw)[:, :, None], np.sin(tw)[:, :, None]
-        tr, ti = _cmul(pr, pi, wr, wi)
-        tr, ti = np.reshape(tr, (R, R ** (K - 1))), np.reshape(ti, (R, R ** (K - 1)))
-        yr, yi = fr @ tr - fi @ ti, fr @ ti + fi @ tr             # the R-point DFT
-        yr, yi = np.reshape(yr, (n,)), np.reshape(yi, (n,))
-    return yr, yi
+        perm = np.transpose(np.reshape(y, (R ** i, R, R ** (K - i - 1))), (1, 0, 2))
+        tw = np.exp(-2.0j * np.pi * k[:, None] * np.arange(R ** i)[None, :] / R ** (i + 1))
+        t = np.reshape(perm * tw[:, :, None], (R, R ** (K - 1)))      # twiddled
+        y = np.reshape(dft_mat @ t, (n,))                             # the R-point DFT
+    return y
 
 
 def _hdiff_ref(in_field, out_field, coeff):

@@ -2,4 +2,5 @@
 from .dce import dead_code_elimination  # noqa: F401
 from .passes import Pass, run_pipeline  # noqa: F401
 from .pipeline import default_pipeline  # noqa: F401
+from .split_complex import split_complex  # noqa: F401
 from .verify import verify, VerificationError  # noqa: F401

@@ -5,10 +5,11 @@ from .fuse import fuse_ops
 from .legalize import legalize
 from .passes import Pass
 from .simplify import canonicalize
+from .split_complex import split_complex
 
 
 def default_pipeline(lower: bool = True) -> list[Pass]:
-    """Canonicalize (fold constants, exact algebraic identities, CSE, shape simplification,
-    DCE), fuse, then (for backends that run loop-level programs) lower to call_tir /
-    call_library."""
-    return [canonicalize, fuse_ops] + ([legalize] if lower else [])
+    """Split complex values into real parts, canonicalize (fold constants, exact algebraic
+    identities, CSE, shape simplification, DCE), fuse, then (for backends that run
+    loop-level programs) lower to call_tir / call_library."""
+    return [split_complex, canonicalize, fuse_ops] + ([legalize] if lower else [])

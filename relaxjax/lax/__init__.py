@@ -9,6 +9,7 @@ from .indexing import (take, take_along_axis, nonzero, boolean_mask, match_cast,
                        dynamic_slice, dynamic_slice_p, dynamic_update_slice,
                        dynamic_update_slice_p, update_slice, scatter)
 from .linalg import matmul  # noqa: F401
+from .complex_parts import real, imag, complex  # noqa: F401
 from .sorting import sort, argsort  # noqa: F401
 from .control_flow import fori_loop, while_loop, scan, map, cond, switch  # noqa: F401
 from ..core import PRIMITIVES, Primitive, bind  # noqa: F401

@@ -25,6 +25,7 @@ from ..core import Primitive, Tracer, TraceContext, current_trace, find_trace
 from ..errors import ShapeError
 from ..ir import IRModule, Literal, TensorType, Var
 from ..shapes import SymbolicDim, dim_str, is_symbolic
+from .complex_parts import packed
 from .elementwise import convert, ne
 
 CONTROL_FLOW = ("fori_loop", "while_loop", "scan", "cond")
@@ -57,7 +58,8 @@ def _control_primitive(name: str) -> Primitive:
         name, kind="control", multiple_results=True, impl=impl,
         shape_rule=lambda env, *types, **p: [t.shape for t in _out_types(name, p)],
         dtype_rule=lambda *types, **p: [t.dtype for t in _out_types(name, p)],
-        weak_rule=lambda *types, **p: [t.weak for t in _out_types(name, p)])
+        weak_rule=lambda *types, **p: [t.weak for t in _out_types(name, p)],
+        complex_rule=packed(name))
 
 
 fori_loop_p = _control_primitive("fori_loop")

@@ -7,11 +7,14 @@ NumPy reference.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..core import PRIMITIVES, Primitive
+from . import complex_math as cm
+from .complex_parts import by_parts
 from .util import broadcast_shapes, same_dtype
 
 FLOAT_ONLY = "float"
@@ -34,22 +37,28 @@ def erf_reference(x):
         return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
 
 
-def unary(name: str, impl, *, out: str = "same", accepts: str = ANY) -> Primitive:
-    """An elementwise unary primitive.  ``out``: "same" dtype or "bool"."""
+def _out_dtype(out: str, d: np.dtype) -> np.dtype:
+    return np.dtype(bool) if out == "bool" else dt.real_dtype(d) if out == "real" else d
+
+
+def unary(name: str, impl, *, out: str = "same", accepts: str = ANY, complex_rule=None) -> Primitive:
+    """An elementwise unary primitive.  ``out``: "same" dtype, "bool", or "real" (the
+    dtype of a complex operand's parts: ``abs``).  ``complex_rule``: see ``Primitive``."""
     def dtype_rule(x, **p):
-        if accepts == FLOAT_ONLY and not dt.is_float(x.dtype):
+        if accepts == FLOAT_ONLY and not dt.is_float(x.dtype) and not (
+                dt.is_complex(x.dtype) and complex_rule is not None):
             raise TypeError(f"{name} requires a floating-point operand, got {x.dtype}")
-        return np.dtype(bool) if out == "bool" else x.dtype
+        return _out_dtype(out, x.dtype)
 
     def ref(x):
         r = impl(x)
-        return np.asarray(r, dtype=bool if out == "bool" else x.dtype)
+        return np.asarray(r, dtype=_out_dtype(out, x.dtype))
 
     return Primitive(name, shape_rule=_unary_shape, dtype_rule=dtype_rule, impl=ref,
-                     kind="elementwise", weak_rule=_weak_all)
+                     kind="elementwise", weak_rule=_weak_all, complex_rule=complex_rule)
 
 
-def binary(name: str, impl, *, out: str = "same") -> Primitive:
+def binary(name: str, impl, *, out: str = "same", complex_rule=None) -> Primitive:
     def shape_rule(env, x, y, **p):
         return broadcast_shapes(env, [x.shape, y.shape], name)
 
@@ -61,19 +70,19 @@ def binary(name: str, impl, *, out: str = "same") -> Primitive:
         return np.asarray(impl(x, y), dtype=bool if out == "bool" else x.dtype)
 
     return Primitive(name, shape_rule=shape_rule, dtype_rule=dtype_rule, impl=ref,
-                     kind="elementwise", weak_rule=_weak_all)
+                     kind="elementwise", weak_rule=_weak_all, complex_rule=complex_rule)
 
 
-neg = unary("neg", np.negative)
-abs = unary("abs", np.abs)
-sign = unary("sign", np.sign)
-exp = unary("exp", np.exp, accepts=FLOAT_ONLY)
+neg = unary("neg", np.negative, complex_rule=by_parts("neg"))
+abs = unary("abs", np.abs, out="real", complex_rule=cm.abs_rule)
+sign = unary("sign", np.sign, complex_rule=cm.sign_rule)
+exp = unary("exp", np.exp, accepts=FLOAT_ONLY, complex_rule=cm.exp_rule)
 exp2 = unary("exp2", np.exp2, accepts=FLOAT_ONLY)
-log = unary("log", np.log, accepts=FLOAT_ONLY)
-log2 = unary("log2", np.log2, accepts=FLOAT_ONLY)
+log = unary("log", np.log, accepts=FLOAT_ONLY, complex_rule=cm.log_rule)
+log2 = unary("log2", np.log2, accepts=FLOAT_ONLY, complex_rule=cm.log2_rule)
 log1p = unary("log1p", np.log1p, accepts=FLOAT_ONLY)
 expm1 = unary("expm1", np.expm1, accepts=FLOAT_ONLY)
-sqrt = unary("sqrt", np.sqrt, accepts=FLOAT_ONLY)
+sqrt = unary("sqrt", np.sqrt, accepts=FLOAT_ONLY, complex_rule=cm.sqrt_rule)
 sin = unary("sin", np.sin, accepts=FLOAT_ONLY)
 cos = unary("cos", np.cos, accepts=FLOAT_ONLY)
 tan = unary("tan", np.tan, accepts=FLOAT_ONLY)
@@ -88,23 +97,23 @@ floor = unary("floor", np.floor)                           # identity on integer
 ceil = unary("ceil", np.ceil)
 trunc = unary("trunc", np.trunc)
 round = unary("round", np.round)                           # half to even, like NumPy
-log10 = unary("log10", np.log10, accepts=FLOAT_ONLY)
+log10 = unary("log10", np.log10, accepts=FLOAT_ONLY, complex_rule=cm.log10_rule)
 asinh = unary("asinh", np.arcsinh, accepts=FLOAT_ONLY)
 acosh = unary("acosh", np.arccosh, accepts=FLOAT_ONLY)
 atanh = unary("atanh", np.arctanh, accepts=FLOAT_ONLY)
-reciprocal = unary("reciprocal", np.reciprocal)
-is_nan = unary("is_nan", np.isnan, out="bool")
-is_inf = unary("is_inf", np.isinf, out="bool")
-is_finite = unary("is_finite", np.isfinite, out="bool")
+reciprocal = unary("reciprocal", np.reciprocal, complex_rule=cm.reciprocal_rule)
+is_nan = unary("is_nan", np.isnan, out="bool", complex_rule=cm.is_nan_rule)
+is_inf = unary("is_inf", np.isinf, out="bool", complex_rule=cm.is_inf_rule)
+is_finite = unary("is_finite", np.isfinite, out="bool", complex_rule=cm.is_finite_rule)
 not_ = unary("not", np.invert)                              # logical on bool, bitwise on ints
 
-add = binary("add", np.add)
-sub = binary("sub", np.subtract)
-mul = binary("mul", np.multiply)
-div = binary("div", np.true_divide)                        # floats only (numpy layer promotes)
+add = binary("add", np.add, complex_rule=by_parts("add"))
+sub = binary("sub", np.subtract, complex_rule=by_parts("sub"))
+mul = binary("mul", np.multiply, complex_rule=cm.mul_rule)
+div = binary("div", np.true_divide, complex_rule=cm.div_rule)   # floats and complex (numpy promotes)
 floor_div = binary("floor_div", np.floor_divide)
 rem = binary("rem", np.mod)                                 # sign of the divisor, like NumPy
-pow = binary("pow", np.power)
+pow = binary("pow", np.power, complex_rule=cm.pow_rule)
 
 
 def _check_int_power(y):
@@ -127,8 +136,8 @@ or_ = binary("or", np.bitwise_or)
 xor = binary("xor", np.bitwise_xor)
 shift_left = binary("shift_left", np.left_shift)
 shift_right = binary("shift_right", np.right_shift)
-eq = binary("eq", np.equal, out="bool")
-ne = binary("ne", np.not_equal, out="bool")
+eq = binary("eq", np.equal, out="bool", complex_rule=cm.eq_rule)
+ne = binary("ne", np.not_equal, out="bool", complex_rule=cm.ne_rule)
 lt = binary("lt", np.less, out="bool")
 le = binary("le", np.less_equal, out="bool")
 gt = binary("gt", np.greater, out="bool")
@@ -147,17 +156,20 @@ def _select_dtype(pred, on_true, on_false):
 
 select = Primitive("select", shape_rule=_select_shape, dtype_rule=_select_dtype,
                    impl=lambda p, a, b: np.where(p, a, b), kind="elementwise",
-                   weak_rule=lambda p, a, b: a.weak and b.weak)
+                   weak_rule=lambda p, a, b: a.weak and b.weak, complex_rule=by_parts("select"))
 
 
 def convert_reference(x, *, dtype, weak=False):
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+        # complex -> real keeps the real part (the numpy layer's astype warns, as NumPy)
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         return x.astype(dtype)
 
 
 convert = Primitive("convert", shape_rule=lambda env, x, **p: x.shape,
                     dtype_rule=lambda x, *, dtype, weak=False: dtype, impl=convert_reference,
-                    kind="elementwise", weak_rule=lambda x, *, dtype, weak=False: weak)
+                    kind="elementwise", weak_rule=lambda x, *, dtype, weak=False: weak,
+                    complex_rule=cm.convert_rule)
 
 
 def scalar_reference(name: str):

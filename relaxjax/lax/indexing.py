@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..core import Primitive
+from .complex_parts import by_parts
 from ..errors import ShapeError
 from ..shapes import as_dim, dim_str
 from .util import broadcast_shapes
@@ -29,7 +30,7 @@ def _take_impl(x, idx, *, axis):
 
 
 take = Primitive("take", shape_rule=_take_shape, dtype_rule=lambda x, i, **p: x.dtype,
-                 impl=_take_impl, kind="injective")
+                 impl=_take_impl, kind="injective", complex_rule=by_parts("take"))
 
 
 def _take_along_shape(env, x, idx, *, axis):
@@ -46,7 +47,7 @@ def _take_along_shape(env, x, idx, *, axis):
 take_along_axis = Primitive("take_along_axis", shape_rule=_take_along_shape,
                             dtype_rule=lambda x, i, **p: x.dtype,
                             impl=lambda x, i, *, axis: np.take_along_axis(x, i, axis=axis),
-                            kind="injective")
+                            kind="injective", complex_rule=by_parts("take_along_axis"))
 
 
 nonzero = Primitive("nonzero", shape_rule=lambda env, x, *, count: [(count,)] * max(x.ndim, 1),
@@ -66,7 +67,8 @@ def _mask_shape(env, x, mask, *, count):
 
 
 boolean_mask = Primitive("boolean_mask", shape_rule=_mask_shape, dtype_rule=lambda x, m, **p: x.dtype,
-                         impl=lambda x, m, *, count: x[m], kind="data_dependent")
+                         impl=lambda x, m, *, count: x[m], kind="data_dependent",
+                         complex_rule=by_parts("boolean_mask"))
 
 
 def _match_cast_shape(env, x, *, shape):
@@ -87,7 +89,8 @@ def _match_cast_impl(x, *, shape):
 
 
 match_cast = Primitive("match_cast", shape_rule=_match_cast_shape, dtype_rule=lambda x, **p: x.dtype,
-                       impl=_match_cast_impl, kind="data_dependent", weak_rule=lambda x, **p: x.weak)
+                       impl=_match_cast_impl, kind="data_dependent", weak_rule=lambda x, **p: x.weak,
+                       complex_rule=by_parts("match_cast"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -127,7 +130,7 @@ def _dynamic_slice_impl(x, *starts, sizes):
 
 dynamic_slice_p = Primitive("dynamic_slice", shape_rule=_dynamic_slice_shape,
                             dtype_rule=lambda x, *s, sizes: x.dtype, impl=_dynamic_slice_impl,
-                            kind="injective")
+                            kind="injective", complex_rule=by_parts("dynamic_slice"))
 
 
 def _dynamic_update_shape(env, x, update, *starts):
@@ -154,7 +157,7 @@ def _dynamic_update_impl(x, update, *starts):
 
 dynamic_update_slice_p = Primitive("dynamic_update_slice", shape_rule=_dynamic_update_shape,
                                    dtype_rule=_dynamic_update_dtype, impl=_dynamic_update_impl,
-                                   kind="injective")
+                                   kind="injective", complex_rule=by_parts("dynamic_update_slice"))
 
 
 def dynamic_slice(operand, start_indices, slice_sizes):
@@ -204,7 +207,8 @@ def _update_slice_impl(x, update, *, start, size, step):
 
 update_slice = Primitive("update_slice", shape_rule=_update_slice_shape,
                          dtype_rule=_same_dtype_update("update_slice", 1), impl=_update_slice_impl,
-                         kind="injective", weak_rule=lambda x, u, **p: x.weak)
+                         kind="injective", weak_rule=lambda x, u, **p: x.weak,
+                         complex_rule=by_parts("update_slice"))
 update_slice.__doc__ = """``x`` with the strided window ``slice(x, start, size, step)`` replaced by
 ``update`` (of the window's shape): the inverse of ``slice``, with the same params."""
 
@@ -218,6 +222,11 @@ def _scatter_shape(env, x, idx, updates, *, axis, mode, oob):
     if mode not in SCATTER_MODES or oob not in OUT_OF_BOUNDS:
         raise ValueError(f"scatter: mode must be one of {list(SCATTER_MODES)} and oob one of "
                          f"{list(OUT_OF_BOUNDS)}, got {mode!r}, {oob!r}")
+    if dt.is_complex(x.dtype) and mode not in ("set", "add"):
+        # a complex product (or order) mixes the parts: two real scatters cannot apply it
+        # once per duplicate index
+        raise TypeError(f"scatter: mode {mode!r} is not supported for complex arrays ({x.dtype}); "
+                        f"only set and add are")
     want = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
     if updates.ndim != len(want):
         raise ShapeError(f"scatter: updates of rank {updates.ndim} for indices {idx} into axis "
@@ -251,7 +260,8 @@ def _scatter_impl(x, idx, updates, *, axis, mode, oob):
 
 
 scatter = Primitive("scatter", shape_rule=_scatter_shape, dtype_rule=_same_dtype_update("scatter", 2),
-                    impl=_scatter_impl, kind="opaque", weak_rule=lambda x, i, u, **p: x.weak)
+                    impl=_scatter_impl, kind="opaque", weak_rule=lambda x, i, u, **p: x.weak,
+                    complex_rule=by_parts("scatter"))
 scatter.__doc__ = """``x`` with ``updates`` combined (``mode``: set, add, mul, min, max) into the
 positions ``idx`` names along ``axis``, one index after the other (duplicates accumulate; for
 ``set`` the last one wins).  ``updates`` has ``take(x, idx, axis)``'s shape.  Negative indices

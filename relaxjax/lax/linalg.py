@@ -6,6 +6,8 @@ import numpy as np
 from ..core import Primitive
 from ..shapes import dim_str
 from ..errors import ShapeError
+from .complex_parts import Parts
+from .elementwise import add, sub
 from .util import broadcast_shapes, same_dtype
 
 
@@ -25,5 +27,16 @@ def _matmul_dtype(a, b):
     return d
 
 
+def _matmul_complex(a, b):
+    """Four real matmuls (a real operand, as after promotion of a real matrix, is Parts
+    too)."""
+    def mm(x, y):
+        return matmul.bind(x, y)
+    re = sub.bind(mm(a.re, b.re), mm(a.im, b.im))
+    im = add.bind(mm(a.re, b.im), mm(a.im, b.re))
+    return Parts(re, im)
+
+
 matmul = Primitive("matmul", shape_rule=_matmul_shape, dtype_rule=_matmul_dtype,
-                   impl=lambda a, b: np.matmul(a, b), kind="output_fusable")
+                   impl=lambda a, b: np.matmul(a, b), kind="output_fusable",
+                   complex_rule=_matmul_complex)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Primitive
+from .complex_parts import by_parts
 from ..errors import ShapeError
 from ..shapes import dim_str
 
@@ -21,7 +22,8 @@ def _empty(env, d) -> bool:
     return bool(r)
 
 
-def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None) -> Primitive:
+def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None,
+              complex_rule=None) -> Primitive:
     """``identity=False``: the reduction has no identity (max/min), so empty axes are an error."""
     def shape_rule(env, x, *, axes):
         if not identity:
@@ -36,10 +38,11 @@ def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None) -> Pri
     def impl(x, *, axes):
         return np.asarray(np_fn(x, axis=axes), dtype=out_dtype or x.dtype)
 
-    return Primitive(name, shape_rule=shape_rule, dtype_rule=dtype_rule, impl=impl, kind="reduction")
+    return Primitive(name, shape_rule=shape_rule, dtype_rule=dtype_rule, impl=impl, kind="reduction",
+                     complex_rule=complex_rule)
 
 
-reduce_sum = reduction("reduce_sum", np.sum)
+reduce_sum = reduction("reduce_sum", np.sum, complex_rule=by_parts("reduce_sum"))
 reduce_prod = reduction("reduce_prod", np.prod)
 reduce_max = reduction("reduce_max", np.max, identity=False)
 reduce_min = reduction("reduce_min", np.min, identity=False)
@@ -61,17 +64,19 @@ argmax = _arg_reduction("argmax", np.argmax)
 argmin = _arg_reduction("argmin", np.argmin)
 
 
-def _cumulative(name: str, np_fn) -> Primitive:
+def _cumulative(name: str, np_fn, complex_rule=None) -> Primitive:
     """A running reduction along ``axis`` (``cumsum``, ...): same shape and dtype.  FuseOps
     leaves it alone (``opaque``); Legalize gives it a scan loop."""
     def impl(x, *, axis):
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(np_fn(x, axis=axis), dtype=x.dtype)
     return Primitive(name, shape_rule=lambda env, x, *, axis: x.shape,
-                     dtype_rule=lambda x, *, axis: x.dtype, impl=impl, kind="opaque")
+                     dtype_rule=lambda x, *, axis: x.dtype, impl=impl, kind="opaque",
+                     complex_rule=complex_rule)
 
 
-cumsum = _cumulative("cumsum", lambda x, axis: np.cumsum(x, axis=axis, dtype=x.dtype))
+cumsum = _cumulative("cumsum", lambda x, axis: np.cumsum(x, axis=axis, dtype=x.dtype),
+                     complex_rule=by_parts("cumsum"))
 cumprod = _cumulative("cumprod", lambda x, axis: np.cumprod(x, axis=axis, dtype=x.dtype))
 cummax = _cumulative("cummax", np.maximum.accumulate)
 cummin = _cumulative("cummin", np.minimum.accumulate)

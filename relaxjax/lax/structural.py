@@ -9,6 +9,7 @@ import builtins
 import numpy as np
 
 from ..core import Primitive
+from .complex_parts import by_parts
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
 from .util import one_if_guarded, same_dtype
@@ -31,7 +32,7 @@ def _reshape_shape(env, x, *, new_sizes):
 
 reshape = Primitive("reshape", shape_rule=_reshape_shape, dtype_rule=_same,
                     impl=lambda x, *, new_sizes: x.reshape(new_sizes), kind="injective",
-                    weak_rule=lambda x, **p: x.weak)
+                    weak_rule=lambda x, **p: x.weak, complex_rule=by_parts("reshape"))
 
 
 def _transpose_shape(env, x, *, perm):
@@ -41,7 +42,8 @@ def _transpose_shape(env, x, *, perm):
 
 
 transpose = Primitive("transpose", shape_rule=_transpose_shape, dtype_rule=_same,
-                      impl=lambda x, *, perm: np.transpose(x, perm), kind="injective")
+                      impl=lambda x, *, perm: np.transpose(x, perm), kind="injective",
+                      complex_rule=by_parts("transpose"))
 
 
 def _broadcast_to_shape(env, x, *, shape):
@@ -61,7 +63,7 @@ def _broadcast_to_shape(env, x, *, shape):
 
 broadcast_to = Primitive("broadcast_to", shape_rule=_broadcast_to_shape, dtype_rule=_same,
                          impl=lambda x, *, shape: np.broadcast_to(x, shape).copy(), kind="broadcast",
-                         weak_rule=lambda x, **p: x.weak)
+                         weak_rule=lambda x, **p: x.weak, complex_rule=by_parts("broadcast_to"))
 
 
 def _concat_shape(env, *xs, axis):
@@ -84,7 +86,8 @@ def _concat_shape(env, *xs, axis):
 
 concatenate = Primitive("concatenate", shape_rule=_concat_shape,
                         dtype_rule=lambda *xs, axis: same_dtype(*xs, what="concatenate"),
-                        impl=lambda *xs, axis: np.concatenate(xs, axis=axis), kind="injective")
+                        impl=lambda *xs, axis: np.concatenate(xs, axis=axis), kind="injective",
+                        complex_rule=by_parts("concatenate"))
 
 
 # slice: start, size and (non-zero int) step per axis, already normalised by the numpy layer
@@ -113,7 +116,7 @@ def _slice_impl(x, *, start, size, step):
 
 
 slice = Primitive("slice", shape_rule=_slice_shape, dtype_rule=_same, impl=_slice_impl,
-                  kind="injective")
+                  kind="injective", complex_rule=by_parts("slice"))
 
 
 def _pad_shape(env, x, value, *, low, high):
@@ -125,7 +128,7 @@ def _pad_shape(env, x, value, *, low, high):
 pad = Primitive("pad", shape_rule=_pad_shape,
                 dtype_rule=lambda x, v, **p: same_dtype(x, v, what="pad"),
                 impl=lambda x, v, *, low, high: np.pad(x, list(zip(low, high)), constant_values=v),
-                kind="injective")
+                kind="injective", complex_rule=by_parts("pad"))
 
 
 def _iota_shape(env, *, shape, dimension, dtype):

@@ -27,6 +27,7 @@ bool_ = _np.bool_
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
 uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
+complex64, complex128 = _np.complex64, _np.complex128
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 dtype = _np.dtype
 ndarray = _np.ndarray
@@ -53,7 +54,7 @@ def result_type(*args):
     from ._base import spec
     from ..dtypes import result_type as _rt
     return _rt(*(spec(a) if not isinstance(a, (_np.dtype, type, str)) or isinstance(a, type) and
-                 a in (bool, int, float) else _np.dtype(a) for a in args))
+                 a in (bool, int, float, complex) else _np.dtype(a) for a in args))
 
 
 import sys as _sys  # noqa: E402

@@ -58,7 +58,7 @@ def _fmt(s) -> str:
 def _value(x, v, target: tuple, what: str):
     """``v`` cast to ``x``'s dtype and broadcast to ``target`` (the indexed shape)."""
     xd = dtype_of(x)
-    if isinstance(v, (bool, int, float)) and not isinstance(v, np.generic):
+    if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
         v = cast(v, xd)                 # a Python int out of range: OverflowError, as NumPy
     else:
         v = arr(v)
@@ -162,7 +162,7 @@ def _mask_update(x, mask, v, method: str, what: str):
         raise IndexError(f"{what}: a boolean mask of rank {k} for an array of rank {len(s)}")
     rest = tuple(s[k:])
     elementwise, scatter_mode = _COMBINE[method]
-    vs = shape(arr(v)) if not isinstance(v, (bool, int, float)) else ()
+    vs = shape(arr(v)) if not isinstance(v, (bool, int, float, complex)) else ()
     if len(vs) <= len(rest) or (len(vs) == len(rest) + 1 and isinstance(vs[0], int) and vs[0] == 1):
         if len(vs) == len(rest) + 1:
             v = reshape(arr(v), user_shape(vs[1:]))

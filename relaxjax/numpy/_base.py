@@ -17,12 +17,12 @@ from ..core import Tracer, current_trace, find_trace
 from ..ir import Literal, TensorType
 from ..shapes import NumpyIntDim, ShapeEnv, SymbolicDim, current_env, wrap_dim
 
-PyScalar = (bool, int, float)
+PyScalar = (bool, int, float, complex)
 
 
 def is_python_scalar(x: Any) -> bool:
-    """A Python bool, int or float: weak under NEP 50.  NumPy scalars are strong, though
-    ``np.float64`` subclasses ``float``."""
+    """A Python bool, int, float or complex: weak under NEP 50.  NumPy scalars are strong,
+    though ``np.float64`` subclasses ``float``."""
     return isinstance(x, PyScalar) and not isinstance(x, np.generic)
 
 

@@ -17,13 +17,15 @@ def _default_dtype(value) -> np.dtype:
         return np.dtype("int64")
     if isinstance(value, float):
         return np.dtype("float64")
+    if isinstance(value, complex):
+        return np.dtype("complex128")
     return dtype_of(arr(value))
 
 
 def full(shape_, fill_value, dtype=None):
     """``numpy.full``; ``shape_`` may hold symbolic dims."""
     d = dt.canonical(dtype) if dtype is not None else _default_dtype(fill_value)
-    v = cast(fill_value if isinstance(fill_value, (bool, int, float)) else arr(fill_value), d)
+    v = cast(fill_value if isinstance(fill_value, (bool, int, float, complex)) else arr(fill_value), d)
     target = _as_shape(shape_)
     if isinstance(v, np.ndarray):          # traced inside @jit
         return bind_in_trace(lax.broadcast_to, v, shape=target)

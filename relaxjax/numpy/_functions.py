@@ -26,7 +26,8 @@ from ._ufuncs import (_promote_ufunc, _strong, abs as rabs, add, arctan2, equal,
                       true_divide, where_values)
 
 __all__ = ["linspace", "logspace", "meshgrid", "indices", "isclose", "allclose", "hypot",
-           "copysign", "signbit", "heaviside", "sinc", "nan_to_num", "real", "imag",
+           "copysign", "signbit", "heaviside", "sinc", "nan_to_num", "real", "imag", "angle",
+           "iscomplexobj", "isrealobj", "iscomplex", "isreal",
            "count_nonzero", "flatnonzero", "select", "kron", "cross", "append", "column_stack",
            "atleast_3d", "dstack", "rot90", "vander", "polyval"]
 
@@ -221,14 +222,58 @@ def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
 
 
 def real(val):
-    """``numpy.real``: the array itself (relaxjax has no complex dtypes)."""
-    return _strong(arr(val))
+    """``numpy.real``: the real part of a complex array (float32 of complex64, float64 of
+    complex128), a real array itself."""
+    v = arr(val)
+    if dt.is_complex(dtype_of(v)):
+        return lax.real.bind(v)
+    return _strong(v)
 
 
 def imag(val):
-    """``numpy.imag``: zeros of the same dtype (relaxjax has no complex dtypes)."""
+    """``numpy.imag``: the imaginary part of a complex array; zeros of a real one's dtype."""
     v = arr(val)
+    if dt.is_complex(dtype_of(v)):
+        return lax.imag.bind(v)
     return zeros(tuple(wrap_dim(d) for d in shape(v)), dtype_of(v))
+
+
+def angle(z, deg: bool = False):
+    """``numpy.angle``: the argument of each element, ``arctan2(imag, real)`` (floats of a
+    real array too: 0 or pi); in degrees for ``deg=True``."""
+    z = arr(z)
+    if dt.is_complex(dtype_of(z)):
+        a = arctan2(lax.imag.bind(z), lax.real.bind(z))
+    else:
+        a = arctan2(0.0, z) if dt.is_float(dtype_of(z)) else arctan2(0.0, cast(z, np.float64))
+    return multiply(a, 180.0 / np.pi) if deg else a
+
+
+def iscomplexobj(x) -> bool:
+    """``numpy.iscomplexobj``: whether the array's dtype is complex (known when traced)."""
+    return dt.is_complex(dtype_of(arr(x)))
+
+
+def isrealobj(x) -> bool:
+    """``numpy.isrealobj``."""
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    """``numpy.iscomplex``: elementwise, a nonzero imaginary part (all False for a real
+    array)."""
+    x = arr(x)
+    if not dt.is_complex(dtype_of(x)):
+        return not_equal(zeros(tuple(wrap_dim(d) for d in shape(x)), bool), False)
+    return not_equal(lax.imag.bind(x), 0)
+
+
+def isreal(x):
+    """``numpy.isreal``: elementwise, a zero imaginary part (all True for a real array)."""
+    x = arr(x)
+    if not dt.is_complex(dtype_of(x)):
+        return equal(zeros(tuple(wrap_dim(d) for d in shape(x)), bool), False)
+    return equal(lax.imag.bind(x), 0)
 
 
 def count_nonzero(a, axis=None, *, keepdims: bool = False):

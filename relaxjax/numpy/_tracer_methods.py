@@ -115,7 +115,7 @@ def _dim_value_op(rnp):
 
     def dim_value_op(dim, other, opname: str, reflected: bool):
         fn = ops.get(opname)
-        if fn is None or find_trace([dim, other]) is None and not isinstance(other, (int, float)):
+        if fn is None or find_trace([dim, other]) is None and not isinstance(other, (int, float, complex)):
             return NotImplemented
         if current_trace() is None:
             raise TypeError(f"cannot compute {opname} of the symbolic dim {dim} with "
@@ -160,6 +160,8 @@ def install(rnp) -> None:
     for name in _METHODS:
         if hasattr(rnp, name) or name in ("astype", "flatten"):
             setattr(Tracer, name, _method(rnp, name))
+    Tracer.real = property(lambda a: rnp.real(a))
+    Tracer.imag = property(lambda a: rnp.imag(a))
     Tracer.T = property(lambda a: rnp.transpose(a))
     Tracer.mT = property(lambda a: rnp.swapaxes(a, -1, -2))
     set_value_op_hook(_dim_value_op(rnp))

@@ -15,7 +15,7 @@ def _operand(a):
     resolution has no weak bool (and bool is the lowest kind, so promotion is the same)."""
     if isinstance(a, bool):
         return np.asarray(a)
-    if isinstance(a, (int, float)):
+    if isinstance(a, (int, float, complex)):
         return a
     a = arr(a)
     if isinstance(a, Tracer) and a.weak_type and dt.is_bool(a.dtype):
@@ -184,8 +184,10 @@ greater_equal = _comparison("greater_equal", lax.ge)
 
 
 def conjugate(x):
-    """Elementwise ``numpy.conjugate``: a copy for the real dtypes relaxjax has."""
+    """Elementwise ``numpy.conjugate``: re - i im for a complex array, a copy of a real one."""
     x = arr(x)
+    if dt.is_complex(dtype_of(x)):
+        return lax.complex.bind(lax.real.bind(x), lax.neg.bind(lax.imag.bind(x)))
     return fresh(_strong(x), x)
 
 
@@ -238,7 +240,7 @@ def where_values(condition, x, y):
     """``numpy.where(condition, x, y)``: elementwise selection (``where`` with one argument
     is ``nonzero``, in _indexing)."""
     cond = cast(arr(condition), np.dtype(bool))
-    xs = [v if isinstance(v, (bool, int, float)) else arr(v) for v in (x, y)]
+    xs = [v if isinstance(v, (bool, int, float, complex)) else arr(v) for v in (x, y)]
     x, y = promote(*xs)
     return _strong(lax.select.bind(cond, x, y))
 
@@ -259,7 +261,12 @@ def astype(x, dtype, copy: bool = True):
     """``x.astype(dtype)`` / ``numpy.astype``."""
     from ..dtypes import canonical
     x = arr(x)
-    out = cast(x, canonical(dtype))
+    d = canonical(dtype)
+    if dt.is_complex(dtype_of(x)) and not dt.is_complex(d) and not dt.is_bool(d):
+        import warnings
+        warnings.warn("Casting complex values to real discards the imaginary part",
+                      np.exceptions.ComplexWarning, stacklevel=2)
+    out = cast(x, d)
     return fresh(out, x) if copy else out
 
 

@@ -32,7 +32,7 @@ from ._linalg_common import (_F64, LinAlgError, LinAlgShapeError, _at_least_2d, 
 from ._linalg_spectral import EighResult, SVDResult, eigh, eigvalsh, svd, svdvals
 from ._linalg import matmul  # noqa: F401  (numpy.linalg.matmul)
 from ._shape_ops import broadcast_to, reshape, swapaxes, transpose
-from . import _reductions as _red, _ufuncs as _uf
+from . import _linalg_complex as _complex, _reductions as _red, _ufuncs as _uf
 
 __all__ = ["solve", "inv", "det", "cholesky", "qr", "norm", "matmul", "eigh", "eigvalsh", "svd",
            "svdvals", "LinAlgError", "LinAlgShapeError", "QRResult", "EighResult", "SVDResult"]
@@ -107,6 +107,8 @@ def solve(a, b):
     is a vector only when it is 1-D); batch dims broadcast."""
     a, b = arr(a), arr(b)
     _square(a, "solve", "a")
+    if _complex.is_complex_call(a, b):
+        return _complex.solve(a, b, solve)
     rt = _result_dtype("solve", a, b)
     a, b = cast(a, _F64), cast(b, _F64)
     sa, sb = shape(a), shape(b)
@@ -133,6 +135,8 @@ def inv(a):
     """``numpy.linalg.inv`` of a stack of square matrices (..., n, n)."""
     a = arr(a)
     _square(a, "inv", "a")
+    if _complex.is_complex_call(a):
+        return _complex.inv(a, solve)
     rt = _result_dtype("inv", a)
     a = cast(a, _F64)
     return cast(call_library("linalg.inv", a, out=_struct(shape(a))), rt)
@@ -184,6 +188,12 @@ def norm(x, ord=None, axis=None, keepdims: bool = False):
     """``numpy.linalg.norm``: vector norms (any ``ord``), the Frobenius norm and the matrix
     norms ord = 1, -1, inf, -inf, and 2, -2, "nuc" (from the singular values)."""
     x = arr(x)
+    if dtype_of(x).kind == "c":
+        if ord in (2, -2, "nuc") and (axis is None and len(shape(x)) == 2 or
+                                      isinstance(axis, tuple) and len(axis) == 2):
+            raise TypeError("linalg.norm: the 2, -2 and nuclear norms of complex matrices are "
+                            "not supported (they need complex singular values)")
+        x = _uf.abs(x)          # every other norm is a function of the magnitudes
     if dtype_of(x).kind not in "f":
         x = cast(x, _F64)
     nd = len(shape(x))
