@@ -386,6 +386,21 @@ class ShapeEnv:
         self._decided[key] = r
         return r
 
+    def prove(self, op: str, a: Dim, b: Dim) -> bool | None:
+        """``try_prove``, then SymPy as the prover of last resort where the fast path cannot
+        decide (it relaxes each floor to a bounded remainder, which can lose what ties two
+        floors together).  For the decisions a trace must make (``decide``,
+        ``require_eq``): a None there is a guard or an error.  Passes that only look for an
+        optimization call ``try_prove``: SymPy on every undecidable pair cost seconds."""
+        r = self.try_prove(op, a, b)
+        if r is not None or isinstance(a, int) and isinstance(b, int):
+            return r
+        key = ("sympy", op, a, b)
+        r = self._decided.get(key, _MISSING)
+        if r is _MISSING:
+            r = self._decided[key] = self._prove_sympy(op, a, b)
+        return r
+
     def assume(self, guards: Sequence["Guard"]) -> None:
         """Take ``guards`` (a traced function's) as known: a pass that binds primitives anew
         proves again what the trace proved under them (``min(3, n) == 3`` guarded)."""
@@ -478,7 +493,7 @@ class ShapeEnv:
     def decide(self, op: str, a: Dim, b: Dim, what: str = "comparison") -> bool:
         """Decide ``a op b``: by proof, or in automatic mode by a guard; else raise."""
         a, b = self.canon(a), self.canon(b)
-        r = self.try_prove(op, a, b)
+        r = self.prove(op, a, b)
         if r is not None:
             return r
         v = self._evaluate_for_guard(op, a, b, what)
@@ -488,7 +503,7 @@ class ShapeEnv:
     def require_eq(self, a: Dim, b: Dim, what: str) -> Dim:
         """Shape rules call this where an op needs two dims equal; returns the common dim."""
         a, b = self.canon(a), self.canon(b)
-        r = self.try_prove("==", a, b)
+        r = self.prove("==", a, b)
         if r is True:
             return a
         if r is False:
