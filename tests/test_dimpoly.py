@@ -36,21 +36,6 @@ def _grow(sub):
 dims = st.recursive(_leaf(), _grow, max_leaves=6)
 
 
-def _plain(e) -> bool:
-    """Floors and remainders by constants of polynomials only: no symbolic divisor, and no
-    floor, remainder or max inside another (``(n % 2) // 4`` is 0, which forms, rewriting
-    ``n % 2`` as ``n - 2 * (n // 2)``, do not see)."""
-    for x in sympy.preorder_traversal(e):
-        if isinstance(x, (sympy.floor, sympy.Mod, sympy.Max)):
-            inner = x.args if not isinstance(x, sympy.floor) else sympy.fraction(sympy.together(x.args[0]))
-            if isinstance(x, sympy.Mod) and not x.args[1].is_Integer or \
-                    isinstance(x, sympy.floor) and not inner[1].is_Integer:
-                return False
-            if any(y.has(sympy.floor, sympy.Mod, sympy.Max) for y in inner):
-                return False
-    return True
-
-
 def _values(e):
     return [eval_dim(e, p) for p in POINTS]
 
