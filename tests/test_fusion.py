@@ -378,3 +378,18 @@ def test_bind_shared_leaves_nodes_of_lazy_branches_inline():
     assert bind_shared(s, {"a", "out", "i"}) is s           # under the budget: unchanged
 
 
+
+
+@given(n=SIZES, m=SIZES)
+@settings(max_examples=10, deadline=None)
+def test_unit_axes_get_no_loop_and_the_next_axis_vectorizes(n, m):
+    """An elementwise program over (n, m, 1) (keepdims shapes; the halves of packed complex
+    values) indexes the unit axis with 0 and vectorizes along m, not along a loop of one."""
+    def f(x, y):
+        return np.exp(x[:, :, None] * 2.0) + y[:, :, None]
+    x = np.linspace(-1.0, 1.0, n * m).reshape(n, m)
+    want = np.exp(x[:, :, None] * 2.0) + x[:, :, None]
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(x, x), want)
+    text = rj.jit(f).lower(x, x).compile().as_text("loops")
+    assert "range(1)" not in text and re.search(r"vectorized for \w+ in range\(x1\)", text), text

@@ -232,7 +232,8 @@ class _Builder:
                 vi = idx if v.type.shape == tuple(anchor) else reindex(list(idx), anchor, v.type.shape)
                 pairs.append((self.out_buffer[v], tuple(vi), self.value(v, list(vi))))
             return Seq(self.store_all(pairs))
-        return self.primfunc(tir.loop_nest(extents, body, default_loop_kinds(len(anchor)), self.taken))
+        return self.primfunc(tir.loop_nest(extents, body, default_loop_kinds(len(anchor)), self.taken,
+                                           drop_unit=True))
 
     def reduction(self) -> PrimFunc:
         reds = [b for b in self.bindings if _is_reduction(b)]

@@ -71,7 +71,7 @@ def primfunc_for(b: Binding, name_id: int = 0) -> tuple[PrimFunc, list]:
         rule = COMPUTE[name] if how == "compute" else elementwise_rule
         body = tir.loop_nest(extents, lambda idx: Store(
             ob, tuple(idx), rule(name, list(idx), reads, in_types, out_type, **b.params)),
-            default_loop_kinds(rank), taken)
+            default_loop_kinds(rank), taken, drop_unit=True)
     params = buffers + [ob]
     if (name in ("take", "take_along_axis") or name == "scatter" and b.params["oob"] == "error") \
             and isinstance(b.args[1], Var):

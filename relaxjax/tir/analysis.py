@@ -152,11 +152,13 @@ def inplace_input(f: PrimFunc) -> int | None:
 
 
 def _index_key(index: tuple) -> tuple | None:
-    """The names of an index made of distinct loop variables, else None."""
-    if not all(isinstance(i, Var) for i in index):
+    """The names of an index made of distinct loop variables and integer constants (the 0 of
+    a unit axis, whose loop a nest drops), else None."""
+    if not all(isinstance(i, Var) or isinstance(i, Const) and i.dtype.kind in "iu" for i in index):
         return None
-    names = tuple(i.name for i in index)
-    return names if len(set(names)) == len(names) else None
+    names = tuple(i.name if isinstance(i, Var) else ("const", int(i.value)) for i in index)
+    loop_vars = [n for n in names if isinstance(n, str)]
+    return names if len(set(loop_vars)) == len(loop_vars) else None
 
 
 def _overwritable(body: Stmt, a, out) -> bool:

@@ -391,12 +391,28 @@ def fresh(name: str, taken: set, dtype=INDEX) -> Var:
 
 
 def loop_nest(extents: Sequence[Expr], body_fn, kinds: Sequence[str], taken: set,
-              prefix: str = "i") -> Stmt:
-    """Nested loops ``for i0 in range(e0): for i1 ...: body_fn([i0, i1, ...])``."""
-    vars_ = [fresh(f"{prefix}{k}", taken) for k in range(len(extents))]
+              prefix: str = "i", drop_unit: bool = False) -> Stmt:
+    """Nested loops ``for i0 in range(e0): for i1 ...: body_fn([i0, i1, ...])``.
+
+    ``drop_unit`` (a nest of independent iterations): an axis of extent 1 gets index 0 and
+    no loop, and its loop's kind passes to the nearest serial loop -- "vectorized" inward,
+    "parallel" outward -- so that ``(n, m, 1)`` vectorizes along m (keepdims shapes, the
+    trailing 2 of packed complex values split in halves), not along a loop of one."""
+    extents = [as_expr(e) for e in extents]
+    kinds = list(kinds)
+    unit = [drop_unit and isinstance(e, Const) and e.value == 1 for e in extents]
+    real = [k for k, u in enumerate(unit) if not u]
+    if real and any(unit):
+        dropped = {kinds[k] for k, u in enumerate(unit) if u}
+        if "vectorized" in dropped and kinds[real[-1]] == "serial":
+            kinds[real[-1]] = "vectorized"
+        if "parallel" in dropped and kinds[real[0]] == "serial":
+            kinds[real[0]] = "parallel"
+    vars_ = [Const(0, INDEX) if u else fresh(f"{prefix}{k}", taken) for k, u in enumerate(unit)]
     stmt = body_fn(vars_)
-    for v, e, kind in reversed(list(zip(vars_, extents, kinds))):
-        stmt = For(v, as_expr(e), kind, stmt)
+    for v, e, kind, u in reversed(list(zip(vars_, extents, kinds, unit))):
+        if not u:
+            stmt = For(v, e, kind, stmt)
     return stmt
 
 
