@@ -122,6 +122,7 @@ def main() -> None:
                PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"), OMP_NUM_THREADS=str(a.threads),
                OPENBLAS_NUM_THREADS=str(a.threads), JAX_PLATFORMS="cpu")
     env.pop("RELAXJAX_CACHE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)   # else every process compiles every module anew
     res: dict = {}
     try:
         for fw in fws:
