@@ -390,11 +390,15 @@ class ShapeEnv:
         """``try_prove``, then SymPy as the prover of last resort where the fast path cannot
         decide (it relaxes each floor to a bounded remainder, which can lose what ties two
         floors together).  For the decisions a trace must make (``decide``,
-        ``require_eq``): a None there is a guard or an error.  Passes that only look for an
-        optimization call ``try_prove``: SymPy on every undecidable pair cost seconds."""
+        ``require_eq``) where a None is an error: explicit shapes, or dims automatic mode
+        cannot guard (in automatic mode a guard settles the rest, at no SymPy cost).
+        Passes that only look for an optimization call ``try_prove``: SymPy on every
+        undecidable pair cost seconds."""
         r = self.try_prove(op, a, b)
         if r is not None or isinstance(a, int) and isinstance(b, int):
             return r
+        if self.mode == "auto" and self.can_guard(a, b):
+            return None              # a guard decides it: cheaper than SymPy, and as sound
         key = ("sympy", op, a, b)
         r = self._decided.get(key, _MISSING)
         if r is _MISSING:

@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 import weakref
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
@@ -260,15 +261,31 @@ def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bo
     return cm
 
 
-def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
-    """One loop-level program as its own LLVM module.  Its entry is exported under a name
-    derived from the generated code, so equal programs in any function (whatever their
-    buffers and dims are called) share one compiled kernel.  Returns (module, symbol, text)."""
+_KERNEL_EXTERNALS = ("@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64\n"
+                     "@rj_serial_until = external global i64")
+_KERNEL_DECLS = frozenset({"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
+                           "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
+                           "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.readcyclecounter()"})
+_ATTRIBUTES = 'attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }'
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One loop-level program's LLVM code, in parts a module can be assembled from.
+    ``symbol`` is derived from the program's code alone (whatever its buffers and dims are
+    called), so equal programs get equal symbols; ``text`` is it as a module of its own."""
+    symbol: str
+    body: str
+    decls: frozenset
+    helpers: tuple
+    math_used: frozenset
+    text: str
+
+
+def kernel_code(f: PrimFunc) -> KernelCode:
     em = KernelEmitter(f, "@@SYM@@")
     body = em.emit()
-    decls = {"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
-             "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
-             "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.readcyclecounter()"}
+    decls = set(_KERNEL_DECLS)
     helpers = []
     for h in sorted(em.helpers_used, key=str):
         src = helper_source(h)
@@ -277,12 +294,39 @@ def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
         if rest.strip():
             helpers.append(rest)
     text = "\n\n".join(
-        ["@rj_num_threads = external global i32\n@rj_parallel_min_work = external global i64\n"
-         "@rj_serial_until = external global i64",
-         "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))] + helpers + [body] +
-        ['attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }']) + "\n"
+        [_KERNEL_EXTERNALS, "\n".join(sorted(decls)), "\n".join(mathlib.declarations(em.math_used))]
+        + helpers + [body] + [_ATTRIBUTES]) + "\n"
     sym = "rjk_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    text = text.replace("@@SYM@@", sym)
+    return KernelCode(sym, body.replace("@@SYM@@", sym), frozenset(decls), tuple(helpers),
+                      frozenset(em.math_used), text.replace("@@SYM@@", sym))
+
+
+def module_with_kernels(kernels: list, decls: set, parts: list, title: str) -> str:
+    """One LLVM module holding ``kernels`` (``KernelCode``, each once) and ``parts`` (the
+    segments that call them), with ``decls`` for the parts: one optimisation, one object,
+    one link and one cache entry for a whole executable, where a module per kernel paid
+    each of them per kernel (27 for a fluid solver's loop body)."""
+    unique = list({k.symbol: k for k in kernels}.values())
+    all_decls = set(decls)
+    math_used: set = set()
+    helpers: dict = {}
+    for k in unique:
+        all_decls |= k.decls
+        math_used |= k.math_used
+        helpers.update(dict.fromkeys(k.helpers))
+    defined = {k.symbol for k in unique}
+    all_decls = {d for d in all_decls if not any(f"@{s}(" in d for s in defined)}
+    return "\n\n".join([f"; {title}", _KERNEL_EXTERNALS, "\n".join(sorted(all_decls)),
+                          "\n".join(mathlib.declarations(math_used))] + list(helpers)
+                         + [k.body for k in unique] + list(parts) + [_ATTRIBUTES]) + "\n"
+
+
+def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
+    """One loop-level program as its own LLVM module, exported under its code's symbol, so
+    equal programs in any function share one compiled kernel.  Returns (module, symbol,
+    text)."""
+    code = kernel_code(f)
+    sym, text = code.symbol, code.text
     with _LOCK:
         hit = _KERNELS.get((native, sym))
     if hit is not None:

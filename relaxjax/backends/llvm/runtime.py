@@ -18,8 +18,8 @@ from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
 from . import runner_memory, target
 from .buffer_pool import POOL
-from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_kernel, compile_llvm, log, native_code,
-                     set_num_threads)
+from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_llvm, kernel_code, log,
+                     module_with_kernels, native_code, set_num_threads)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.index_checks import ERROR_RECORD, index_error
@@ -113,12 +113,9 @@ class LLVMExecutable(Executable):
             for b in seg.calls:
                 if b.kind == "tir" and id(b.callee) not in kernels:
                     kernels[id(b.callee)] = b.callee
-        syms, texts, self.kernel_modules = {}, [], []
-        for f in kernels.values():
-            cm, sym, text = compile_kernel(f, self.native)
-            syms[id(f)] = sym
-            texts.append(text)
-            self.kernel_modules.append(cm)
+        codes = {k: kernel_code(f) for k, f in kernels.items()}
+        syms = {k: c.symbol for k, c in codes.items()}
+        self.kernel_modules = []        # the kernels are in the segment module
         parts, helpers = [], set()
         self.fallible = set()           # segments with a status to check
         in_memory = False               # native library functions are process addresses
@@ -131,14 +128,13 @@ class LLVMExecutable(Executable):
             if em.natives or em.checked:
                 self.fallible.add(seg.name)
             in_memory |= bool(em.natives)
-        decls = {f"declare void @{s}(ptr)" for s in syms.values()} | \
-            {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
-        seg_text = "\n\n".join([f"; relaxjax host segments of {self.fn.name}", "\n".join(sorted(decls))]
-                                + parts) + "\n"
+        decls = {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
+        seg_text = module_with_kernels(list(codes.values()), decls, parts,
+                                       f"relaxjax kernels and host segments of {self.fn.name}")
         # native library functions are process addresses: such segments stay in memory (MCJIT)
         self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments],
                                            self.native and not in_memory)
-        return "\n\n".join(texts + [seg_text])
+        return seg_text
 
     # -- running ---------------------------------------------------------------------------
     def _make_runner(self):
