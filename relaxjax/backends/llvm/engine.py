@@ -56,14 +56,12 @@ _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and se
 CODEGEN_VERSION = "1"
 
 _SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
-# Compiled modules are shared while something uses them: the executables hold their modules
-# (kernels and segments), these maps only find a live one again.  A module no executable
-# holds any more is freed: an MCJIT engine with its machine code, a shared library closed
-# (1000 dropped functions kept 200 MiB).  Whoever holds an address into a module holds the
-# module: an executable its kernels' and segments', a segment module only exists while an
-# executable holding the kernels it was linked against does.
+# Compiled modules are shared while something uses them: an executable holds its module
+# (its kernels and segments together), this map only finds a live one again.  A module no
+# executable holds any more is freed: an MCJIT engine with its machine code, a shared
+# library closed (1000 dropped functions kept 200 MiB).  Whoever holds an address into a
+# module holds the module.
 _ENGINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, sha256 of text) -> module
-_KERNELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # (native, symbol) -> module
 _LOCK = threading.RLock()
 _RUNTIME: list = []        # the loaded runtime SharedModule, once
 _NATIVE_FAILED: list = []  # the error that made shared libraries unusable in this process
@@ -319,21 +317,3 @@ def module_with_kernels(kernels: list, decls: set, parts: list, title: str) -> s
     return "\n\n".join([f"; {title}", _KERNEL_EXTERNALS, "\n".join(sorted(all_decls)),
                           "\n".join(mathlib.declarations(math_used))] + list(helpers)
                          + [k.body for k in unique] + list(parts) + [_ATTRIBUTES]) + "\n"
-
-
-def compile_kernel(f: PrimFunc, native: bool = False) -> tuple:
-    """One loop-level program as its own LLVM module, exported under its code's symbol, so
-    equal programs in any function share one compiled kernel.  Returns (module, symbol,
-    text)."""
-    code = kernel_code(f)
-    sym, text = code.symbol, code.text
-    with _LOCK:
-        hit = _KERNELS.get((native, sym))
-    if hit is not None:
-        return hit, sym, f"; {f.name}\n" + text
-    cm = compile_llvm(text, [], native, exports=True)
-    if not native:        # a shared library's symbols resolve through the dynamic linker
-        llvm.add_symbol(sym, cm.address(sym))
-    with _LOCK:
-        _KERNELS[(native, sym)] = cm
-    return cm, sym, f"; {f.name}\n" + text

@@ -115,7 +115,6 @@ class LLVMExecutable(Executable):
                     kernels[id(b.callee)] = b.callee
         codes = {k: kernel_code(f) for k, f in kernels.items()}
         syms = {k: c.symbol for k, c in codes.items()}
-        self.kernel_modules = []        # the kernels are in the segment module
         parts, helpers = [], set()
         self.fallible = set()           # segments with a status to check
         in_memory = False               # native library functions are process addresses
@@ -307,7 +306,7 @@ class LLVMExecutable(Executable):
 
     # -- inspection ------------------------------------------------------------------------
     def text_stages(self) -> dict:
-        modules = self.kernel_modules + [self.segment_module]
+        modules = [self.segment_module]       # (the kernels are in it)
         return {**super().text_stages(),
                 "llvm": lambda: self.llvm_ir,
                 "llvm-optimized": lambda: "\n\n".join(m.optimized for m in modules),
