@@ -522,19 +522,28 @@ def _rem_bounds(p: Poly, bounds: Bounds, memo: dict) -> Poly:
     return out
 
 
-def _by_bounds(op: str, d: Poly, bounds: Bounds, memo: dict) -> bool | None:
-    lo, hi = interval(d, bounds, memo)
+def sign_by_bounds(op: str, lo, hi, nonneg: Callable[[], bool],
+                   negative: Callable[[], bool]) -> bool | None:
+    """``d == 0`` (op ``"=="``) or ``d >= 0`` decided from an interval ``[lo, hi]`` of ``d``,
+    then (``">="``) by the shift tests ``nonneg()`` (``d >= 0``) and ``negative()``
+    (``-d - 1 >= 0``): the one rule both provers (these forms, SymPy's) apply last."""
     if op == "==":
         return False if (lo > 0 or hi < 0) else None
     if lo >= 0:
         return True
     if hi < 0:
         return False
-    if _nonneg_by_shift(d, bounds, memo):
+    if nonneg():
         return True
-    if _nonneg_by_shift(-d - ONE, bounds, memo):
+    if negative():
         return False
     return None
+
+
+def _by_bounds(op: str, d: Poly, bounds: Bounds, memo: dict) -> bool | None:
+    lo, hi = interval(d, bounds, memo)
+    return sign_by_bounds(op, lo, hi, lambda: _nonneg_by_shift(d, bounds, memo),
+                          lambda: _nonneg_by_shift(-d - ONE, bounds, memo))
 
 
 def names(p: Poly) -> frozenset:

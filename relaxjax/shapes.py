@@ -467,17 +467,8 @@ class ShapeEnv:
     def _by_bounds(self, op: str, d: Dim) -> bool | None:
         """Decide ``d == 0`` or ``d >= 0`` from the bounds of the dims in ``d``."""
         lo, hi = interval(d, self.bounds)
-        if op == "==":
-            return False if (lo > 0 or hi < 0) else None
-        if lo >= 0:
-            return True
-        if hi < 0:
-            return False
-        if _nonneg_by_shift(d, self.bounds):
-            return True
-        if _nonneg_by_shift(normalize(-d - 1), self.bounds):
-            return False
-        return None
+        return dimpoly.sign_by_bounds(op, lo, hi, lambda: _nonneg_by_shift(d, self.bounds),
+                                      lambda: _nonneg_by_shift(normalize(-d - 1), self.bounds))
 
     def _without_floors(self, d: sympy.Expr) -> Dim:
         """Rewrite ``a // c`` as ``(a - a % c) / c`` and drop the ``a % c`` known to be 0,

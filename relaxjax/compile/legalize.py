@@ -145,20 +145,8 @@ def _lower_call(b: Binding, name_id: int, defs: dict) -> list:
 
 
 def _producers(f: Function) -> dict:
-    """Value -> the primitive binding computing it, looking through FuseOps' groups (a
-    transpose fused alone is still a transpose)."""
-    defs = {}
-    for b in f.bindings:
-        if b.kind == "function" and b.callee.attrs.get("primitive") and len(b.callee.bindings) == 1 \
-                and len(b.outvars) == 1:
-            inner = b.callee.bindings[0]
-            value_of = call_site_values(b)
-            defs[b.outvars[0]] = Binding(b.outvars, inner.callee,
-                                         [value_of.get(a, a) for a in inner.args], inner.params, inner.source)
-        elif b.kind == "primitive":
-            for v in b.outvars:
-                defs[v] = b
-    return defs
+    """Value -> the primitive binding computing it (FuseOps leaves a lone transpose one)."""
+    return {v: b for b in f.bindings if b.kind == "primitive" for v in b.outvars}
 
 
 def _legalize(module: IRModule) -> IRModule:

@@ -50,8 +50,14 @@ class ValueRanges:
 
     def __init__(self, bindings: list, env: ShapeEnv):
         self.env = env
-        self.ranges: dict = {}
-        for b in bindings:
+        self._bindings = bindings
+        # computed at the first question: FuseOps and FuseTIR make one per function and per
+        # group, and most never gather at indices they compute
+        self.ranges: dict | None = None
+
+    def _analyse(self) -> None:
+        self.ranges = {}
+        for b in self._bindings:
             if b.kind != "primitive" or len(b.outvars) != 1:
                 continue
             out = b.outvars[0]
@@ -117,6 +123,8 @@ class ValueRanges:
     def within(self, a, n) -> bool:
         """Whether every value of ``a`` provably lies in ``[-n, n)`` (a valid NumPy index
         into an axis of size ``n``)."""
+        if self.ranges is None:
+            self._analyse()
         r = self.of(a)
         if r is None or r[0] is None or r[1] is None:
             return False

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as dt
 from .. import lax
 from ..core import Tracer, current_trace
 from ..errors import ShapeError
 from ..shapes import dim_str, prod as dim_prod, wrap_dim
 from ._base import arr, cast, dtype_of, live_bases, shape, user_shape
-from ._indexing import (boolean_mask, getitem, is_mask_index, nonzero, parse_index, scalar_first,
+from ._indexing import (getitem, is_mask_index, nonzero, parse_index, scalar_first,
                         scalar_window, take)
 from ._shape_ops import broadcast_to, moveaxis, reshape
 from ._ufuncs import clip, where_values

@@ -6,7 +6,7 @@ import sympy
 
 from .. import dtypes as dt
 from .. import lax
-from ..core import Tracer, current_trace
+from ..core import Tracer
 from ..errors import InconclusiveDimensionError
 from ..lax.util import normalize_axis
 from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize, wrap_dim
@@ -239,8 +239,8 @@ def scalar_first(a, idx):
     if len(scalars) != 1 or not dt.is_int(dtype_of(idx[scalars[0]])):
         return None
     k = scalars[0]
-    if any(j != k and (v is not None and v is not Ellipsis and not isinstance(v, slice) and
-                       not _is_int_index(v) or isinstance(v, bool)) for j, v in enumerate(idx)):
+    if any(j != k and not (v is None or v is Ellipsis or isinstance(v, slice) or _is_int_index(v))
+           for j, v in enumerate(idx)):
         return None                      # another array (or bool) index: the general path
     nd = len(shape(a))
     consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)

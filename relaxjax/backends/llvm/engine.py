@@ -271,13 +271,12 @@ _ATTRIBUTES = 'attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline
 class KernelCode:
     """One loop-level program's LLVM code, in parts a module can be assembled from.
     ``symbol`` is derived from the program's code alone (whatever its buffers and dims are
-    called), so equal programs get equal symbols; ``text`` is it as a module of its own."""
+    called), so equal programs get equal symbols and a module holds each once."""
     symbol: str
     body: str
     decls: frozenset
     helpers: tuple
     math_used: frozenset
-    text: str
 
 
 def kernel_code(f: PrimFunc) -> KernelCode:
@@ -296,7 +295,7 @@ def kernel_code(f: PrimFunc) -> KernelCode:
         + helpers + [body] + [_ATTRIBUTES]) + "\n"
     sym = "rjk_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     return KernelCode(sym, body.replace("@@SYM@@", sym), frozenset(decls), tuple(helpers),
-                      frozenset(em.math_used), text.replace("@@SYM@@", sym))
+                      frozenset(em.math_used))
 
 
 def module_with_kernels(kernels: list, decls: set, parts: list, title: str) -> str:
@@ -312,8 +311,6 @@ def module_with_kernels(kernels: list, decls: set, parts: list, title: str) -> s
         all_decls |= k.decls
         math_used |= k.math_used
         helpers.update(dict.fromkeys(k.helpers))
-    defined = {k.symbol for k in unique}
-    all_decls = {d for d in all_decls if not any(f"@{s}(" in d for s in defined)}
     return "\n\n".join([f"; {title}", _KERNEL_EXTERNALS, "\n".join(sorted(all_decls)),
                           "\n".join(mathlib.declarations(math_used))] + list(helpers)
                          + [k.body for k in unique] + list(parts) + [_ATTRIBUTES]) + "\n"
