@@ -558,7 +558,13 @@ class ShapeEnv:
         self.guards.append(Guard(op, a, b))
         self._decided.clear()
         if op == "==":
-            self._substitute(normalize(sympy.expand(sympy.sympify(a) - b)))
+            if isinstance(a, sympy.Symbol) and isinstance(b, (sympy.Symbol, int)):
+                d = (a, b)       # the common guard (two dims equal): no SymPy arithmetic
+            elif isinstance(b, sympy.Symbol) and isinstance(a, int):
+                d = (b, a)
+            else:
+                d = normalize(sympy.expand(sympy.sympify(a) - b))
+            self._substitute(d)
         elif op in (">=", ">", "<=", "<"):
             self._tighten(op, a, b)
 
@@ -585,11 +591,21 @@ class ShapeEnv:
             hi = min(hi, rest)
         self.bounds[sym] = (lo, hi)
 
-    def _substitute(self, d: Dim) -> None:
-        """After proving ``d == 0``, eliminate its newest symbol of coefficient +-1."""
+    def _substitute(self, d) -> None:
+        """After proving ``d == 0``, eliminate its newest symbol of coefficient +-1.  ``d``
+        may also be a pair ``(symbol, symbol or int)`` meaning ``symbol - other``."""
         if isinstance(d, int):
             return
         order = {s: i for i, s in enumerate(self.values)}
+        if isinstance(d, tuple):
+            s, other = d
+            if isinstance(other, sympy.Symbol) and other in order and \
+                    other not in self.data_dependent and \
+                    (s not in order or s in self.data_dependent or order[other] > order[s]):
+                s, other = other, s                            # eliminate the newer symbol
+            if s in order and s not in self.data_dependent:
+                self._eliminate(s, other)
+            return
         cands = [s for s in d.free_symbols if s in order and s not in self.data_dependent]
         for s in sorted(cands, key=lambda s: -order[s]):
             if not d.is_polynomial(s) or sympy.degree(d, s) != 1:
@@ -597,11 +613,13 @@ class ShapeEnv:
             coeff = d.coeff(s, 1)
             if coeff not in (1, -1):
                 continue
-            sol = normalize(sympy.expand(-(d - coeff * s) / coeff))
-            self.subst = {k: normalize(v.xreplace({s: sol})) if is_symbolic(v) else v
-                          for k, v in self.subst.items()}
-            self.subst[s] = sol
+            self._eliminate(s, normalize(sympy.expand(-(d - coeff * s) / coeff)))
             return
+
+    def _eliminate(self, s, sol: Dim) -> None:
+        self.subst = {k: normalize(v.xreplace({s: sol})) if is_symbolic(v) else v
+                      for k, v in self.subst.items()}
+        self.subst[s] = sol
 
     def _inconclusive_msg(self, op, a, b, what) -> str:
         dd = (free_symbols(a) | free_symbols(b)) & self.data_dependent
