@@ -9,7 +9,8 @@ from .. import lax
 from ..core import Tracer
 from ..errors import InconclusiveDimensionError
 from ..lax.util import normalize_axis
-from ..shapes import SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, normalize, wrap_dim
+from ..shapes import (SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, is_symbolic, normalize,
+                      wrap_dim)
 from ._base import arr, cast, dtype_of, env, shape, view
 from ._shape_ops import moveaxis, ravel, stack
 from ._ufuncs import not_equal, subtract, where_values
@@ -27,10 +28,22 @@ def _index_bound(v, d, step_positive: bool, what: str):
             f"slice {what} {dim_str(v)} may be negative or not; NumPy would count a negative bound "
             f"from the end. Fix: write the bound so that its sign is known (e.g. n - 1 with n >= 1)."
         ) from None
+    # a bound given by other dims (``in_field[1:I + 3]`` with I from another argument):
+    # automatic mode guards which side of the clamp it is on (``I + 3 <= n`` holds at every
+    # call such a kernel is meant for), so shapes stay plain expressions -- SymPy's Min/Max
+    # of two dims cost milliseconds apiece and block the proofs fusion needs.  A number
+    # (``x[:100]``, ``x[-3:]``) stays clamped: one trace serves every size.
+    guard = is_symbolic(v)
     if nonneg:
-        return v if e.try_prove("<=", v, hi) else hi if e.try_prove(">=", v, hi) else dmin(v, hi)
+        if e.try_prove("<=", v, hi) or (guard and not e.try_prove(">=", v, hi) and e.can_guard(v, hi)
+                                          and e.decide("<=", v, hi, f"slice {what}")):
+            return v
+        return hi if e.try_prove(">=", v, hi) or (guard and e.can_guard(v, hi)) else dmin(v, hi)
     w = normalize(d + v)
-    return w if e.try_prove(">=", w, lo) else lo if e.try_prove("<=", w, lo) else dmax(w, lo)
+    if e.try_prove(">=", w, lo) or (guard and not e.try_prove("<=", w, lo) and e.can_guard(w, lo)
+                                      and e.decide(">=", w, lo, f"slice {what}")):
+        return w
+    return lo if e.try_prove("<=", w, lo) or (guard and e.can_guard(w, lo)) else dmax(w, lo)
 
 
 def _sub(a, b):
@@ -43,6 +56,10 @@ def _sub(a, b):
     return normalize(sympy.expand(sympy.sympify(a) - b))
 
 
+def _is_nonneg_number(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+
+
 def _normalize_slice(sl: slice, d):
     """slice -> (start, size, step) with internal dims."""
     step = 1 if sl.step is None else sl.step
@@ -53,8 +70,13 @@ def _normalize_slice(sl: slice, d):
         raise ValueError("slice step cannot be zero")
     e = env()
     if step > 0:
-        start = 0 if sl.start is None else _index_bound(sl.start, d, True, "start")
         stop = d if sl.stop is None else _index_bound(sl.stop, d, True, "stop")
+        if _is_nonneg_number(sl.start) and not isinstance(stop, sympy.Min):
+            # stop <= d is known: a start past d makes the slice empty whether clamped or
+            # not, so it needs no Min(start, d) (x[2:n + 2] with n + 2 <= m has size n)
+            start = int(sl.start)
+        else:
+            start = 0 if sl.start is None else _index_bound(sl.start, d, True, "start")
         span = _sub(stop, start)
         size = floordiv(span + step - 1, step) if step != 1 else span
     else:
