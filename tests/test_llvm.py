@@ -322,3 +322,58 @@ def test_out_of_range_gather_indices_raise_like_numpy(backend):
     g = rj.jit(lambda a, i: rnp.take_along_axis(a, i, axis=1), backend=backend)
     with pytest.raises(IndexError, match="out of bounds for axis 1 with size 3"):
         g(np.ones((2, 3)), np.array([[0], [3]]))
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel families: kernels equal but for numbers compile once
+# ---------------------------------------------------------------------------------------
+
+@settings(max_examples=10, deadline=None)
+@given(n=SIZES, extra=st.integers(0, 5))
+def test_kernels_equal_but_for_numbers_share_one_code(n, extra):
+    """Three slices of columns 0, 1, 2: the two exp kernels differ only in the column they
+    read, so the module holds one code for them, called with 0 and with 2."""
+    @rj.jit
+    def f(x):
+        return rnp.exp(x[:, 0]), rnp.sin(x[:, 1]), rnp.exp(x[:, 2])
+
+    x = np.random.default_rng(n).standard_normal((n, 3 + extra))
+    assert_same(f(x), (np.exp(x[:, 0]), np.sin(x[:, 1]), np.exp(x[:, 2])))
+    text = f.lower(x).compile().as_text("llvm")
+    assert text.count("define void @rjk_") == 2
+
+
+def _copy_program(name: str, offset: int, divisor: int) -> PrimFunc:
+    """out[i] = a[i // divisor + offset] over a buffer of 8 elements."""
+    a, out = Buffer("a", (8,), np.dtype("float64")), Buffer("out", (4,), np.dtype("float64"))
+    i = Var("i", tir.INDEX)
+    return PrimFunc(name, [a, out], 1, [], For(i, tir.Const(4, tir.INDEX), "serial",
+                                                Store(out, (i,), a[i // divisor + offset])))
+
+
+def test_kernel_families_lift_only_differing_nonnegative_numbers_and_no_divisor():
+    from relaxjax.tir.families import families
+    key = lambda g: g.signature_text()
+    same = [_copy_program("p", 1, 2), _copy_program("q", 3, 2)]
+    fam = families(same, key)
+    (prog, nums_p), (_, nums_q) = fam[id(same[0])], fam[id(same[1])]
+    assert (nums_p, nums_q) == ((1,), (3,))          # only the offset differs
+    assert len(prog.dim_vars) == 1 and "// 2" in str(prog)
+    # a different divisor is different code: no family
+    assert families([_copy_program("p", 1, 2), _copy_program("q", 1, 3)], key) == {}
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=SIZES)
+def test_index_division_of_sizes_is_unsigned(n):
+    """Index arithmetic over dims and loop counters is never negative: its floor division
+    is LLVM's udiv (NumPy's floor semantics for signed values cost a dozen instructions)."""
+    @rj.jit
+    def f(x):
+        return rnp.reshape(x, (-1, 3)).T * 2.0 + 1.0
+
+    x = np.random.default_rng(n).standard_normal(3 * n)
+    assert_same(f(x), x.reshape(-1, 3).T * 2.0 + 1.0)
+    text = f.lower(x).compile().as_text("llvm")
+    body = re.search(r"define internal void @rjk_\w+\.body.*?\n}", text, re.S).group(0)
+    assert "udiv i64" in body and "sdiv i64" not in body

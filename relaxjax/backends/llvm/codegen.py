@@ -75,6 +75,9 @@ class KernelEmitter:
         # (id(access), axis) -> check number of indices read from data; when there are
         # any, the entry takes the error record's address after the dims (tir.index_checks)
         self.checks = check_numbers(f)
+        self.locals: dict = {}
+        self.nonneg_vars: set = set(f.dim_vars)          # sizes are never negative
+        self._nonneg_memo: dict = {}
 
     # -- the whole kernel ------------------------------------------------------------
     def emit(self) -> str:
@@ -91,6 +94,8 @@ class KernelEmitter:
     def _body_fn(self, name, params, parallel) -> str:
         fn = self.fn = _Fn()
         self.env: dict = {d: f"%d{k}" for k, d in enumerate(self.f.dim_vars)}
+        self.nonneg_vars = set(self.f.dim_vars)
+        self._nonneg_memo = {}
         self.locals: dict = {}
         self.strides: dict = {}
         for b in self.f.params:
@@ -303,12 +308,17 @@ class KernelEmitter:
         fn.start_block(body)
         saved = self.env.get(s.var.name)
         self.env[s.var.name] = i
+        counts_up = self._nonneg(s.start)
+        if counts_up:
+            self.nonneg_vars.add(s.var.name)
         self._stmt(s.body)
         fn.emit(f"br label %{latch}")
         fn.start_block(latch)
         fn.emit(f"{nxt} = add nsw i64 {i}, 1")
         fn.emit(f"br label %{head}")
         fn.start_block(done)
+        if counts_up:
+            self.nonneg_vars.discard(s.var.name)
         if saved is None:
             del self.env[s.var.name]
         else:
@@ -407,6 +417,32 @@ class KernelEmitter:
 
     def _op(self, e: Op, args: list) -> str:
         return render_op(self, e, args)
+
+    def operands_nonneg(self, e: Op) -> bool:
+        """Every operand of ``e`` is >= 0 (the renderers of / and % emit unsigned division
+        then, a fifth of NumPy's floor semantics for signed values)."""
+        return all(self._nonneg(a) for a in e.args)
+
+    def _nonneg(self, e) -> bool:
+        """``e`` is >= 0: built from non-negative constants, dims and loop counters that
+        start at >= 0, by + * // % min (max: either operand)."""
+        if isinstance(e, Const):
+            return not is_float(e.dtype) and int(e.value) >= 0
+        if isinstance(e, Var):
+            return e.name in self.nonneg_vars and e.name not in self.locals
+        if isinstance(e, Op):
+            hit = self._nonneg_memo.get(id(e))
+            if hit is not None and hit[0] is e:
+                return hit[1]
+            if e.name in ("add", "mul", "floor_div", "rem", "min"):
+                r = all(self._nonneg(a) for a in e.args)
+            elif e.name == "max":
+                r = any(self._nonneg(a) for a in e.args)
+            else:
+                r = False
+            self._nonneg_memo[id(e)] = (e, r)
+            return r
+        return False
 
 
 # ---------------------------------------------------------------------------------------

@@ -72,8 +72,10 @@ class SegmentEmitter(KernelEmitter):
     call that fails and returns ``(k + 1) << 32 | status`` (``k``: the call's position in the
     segment), or at a gather index out of range (``INDEX_ERROR | (k + 1) << 32``)."""
 
-    def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms):
+    def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms, kernel_numbers=None):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
+        # id(kernel) -> the numbers its family's code takes after the dims (tir.families)
+        self.kernel_numbers = kernel_numbers or {}
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
         self.natives: dict = {}         # LLVM symbol -> address of a native library function
@@ -82,6 +84,8 @@ class SegmentEmitter(KernelEmitter):
     def emit(self) -> str:
         fn = self.fn = _Fn()
         self.env = {}
+        self.nonneg_vars = set(self.dim_slot) | {"t"}    # dims and the batch counter
+        self._nonneg_memo = {}
         p = fn.val("ptr", f"getelementptr i8, ptr %dims, i64 {ARRAY_DATA_OFFSET}")
         dims = fn.val("ptr", f"load ptr, ptr {p}")
         # the error record of kernels that check indices read from data: after the dims
@@ -159,12 +163,13 @@ class SegmentEmitter(KernelEmitter):
         returns ``INDEX_ERROR | (k + 1) << 32``)."""
         fn, f = self.fn, b.callee
         checked = bool(data_index_checks(f))
-        n = len(f.params) + len(f.dim_vars) + checked
+        numbers = [str(v) for v in self.kernel_numbers.get(id(f), ())]
+        n = len(f.params) + len(f.dim_vars) + len(numbers) + checked
         arr = f"%args{fn.n}"
         fn.n += 1
         fn.entry_allocas.append(f"{arr} = alloca [{max(n, 1)} x i64]")
         values = [self._slot(v) for v in list(b.args) + list(b.outvars)] + \
-                 [self.env[d] for d in f.dim_vars]
+                 [self.env[d] for d in f.dim_vars] + numbers
         if checked:
             values.append(fn.val("i64", f"ptrtoint ptr {self.err} to i64"))
         for j, v in enumerate(values):

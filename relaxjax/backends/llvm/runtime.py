@@ -22,6 +22,7 @@ from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_llvm, kernel_code
                      module_with_kernels, native_code, set_num_threads)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
+from ...tir.families import families
 from ...tir.index_checks import ERROR_RECORD, index_error
 from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
 from .native_loop import LLVMControlFlow
@@ -113,13 +114,21 @@ class LLVMExecutable(Executable):
             for b in seg.calls:
                 if b.kind == "tir" and id(b.callee) not in kernels:
                     kernels[id(b.callee)] = b.callee
-        codes = {k: kernel_code(f) for k, f in kernels.items()}
+        # kernels equal but for some numbers (complex parts, unrolled stages): one code each
+        family = families(list(kernels.values()), lambda g: kernel_code(g).symbol) \
+            if len(kernels) > 1 else {}
+        codes, extra = {}, {}
+        for k, f in kernels.items():
+            if k in family:
+                program, extra[k] = family[k]
+                f = program
+            codes[k] = kernel_code(f)
         syms = {k: c.symbol for k, c in codes.items()}
         parts, helpers = [], set()
         self.fallible = set()           # segments with a status to check
         in_memory = False               # native library functions are process addresses
         for seg in self.segments:
-            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms)
+            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra)
             parts.append(em.emit())
             helpers |= em.helpers_used
             for sym, addr in em.natives.items():

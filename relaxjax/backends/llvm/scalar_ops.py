@@ -80,7 +80,7 @@ def _div(o: Operands) -> str:
 
 @renders("floor_div", "rem")
 def _floor_div_rem_op(o: Operands) -> str:
-    return floor_div_rem(o.em, o.name, o.args, o.src)
+    return floor_div_rem(o.em, o.name, o.args, o.src, nonneg=o.em.operands_nonneg(o.e))
 
 
 @renders("and", "or", "xor")
@@ -287,8 +287,10 @@ def _cvtt(em, x: str, s: str, w: str) -> str:
     return fn.val(w, f"select i1 {ok}, {w} {v}, {w} {-(1 << (BITS[w] - 1))}")
 
 
-def floor_div_rem(em, name: str, args: list, dtype) -> str:
-    """NumPy's floor division and modulo (and C's truncating division for reciprocal)."""
+def floor_div_rem(em, name: str, args: list, dtype, nonneg: bool = False) -> str:
+    """NumPy's floor division and modulo (and C's truncating division for reciprocal).
+    ``nonneg``: both operands are known >= 0 (index arithmetic over dims and loop
+    counters), where floor and truncation agree and an unsigned division does."""
     fn = em.fn
     ty = llty(dtype)
     a, b = args
@@ -297,8 +299,11 @@ def floor_div_rem(em, name: str, args: list, dtype) -> str:
         return fn.val(ty, f"call {ty} @rj.{name}.{ty}({ty} {a}, {ty} {b})")
     if dtype == BOOL:
         raise NotImplementedError(f"{name} on bool")
+    instr = "urem" if name == "rem" else "udiv"
+    if nonneg and b.lstrip("-").isdigit() and int(b) > 0:
+        return fn.val(ty, f"{instr} {ty} {a}, {b}")
     zero = fn.val("i1", f"icmp eq {ty} {b}, 0")
-    if not signed(dtype):
+    if not signed(dtype) or nonneg:
         safe = fn.val(ty, f"select i1 {zero}, {ty} 1, {ty} {b}")
         r = fn.val(ty, f"{'urem' if name == 'rem' else 'udiv'} {ty} {a}, {safe}")
         return fn.val(ty, f"select i1 {zero}, {ty} 0, {ty} {r}")
