@@ -264,7 +264,9 @@ _KERNEL_EXTERNALS = ("@rj_num_threads = external global i32\n@rj_parallel_min_wo
 _KERNEL_DECLS = frozenset({"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
                            "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
                            "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.readcyclecounter()"})
-_ATTRIBUTES = 'attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }'
+SEGMENT_OPTNONE = "#2"        # a host segment LLVM neither optimises nor inlines into
+_ATTRIBUTES = ('attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }\n'
+               'attributes #2 = { noinline optnone }')
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from ...tir import INDEX, Const, from_sympy
 from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
+from .engine import SEGMENT_OPTNONE
 from .irtypes import llty
 from . import target
 
@@ -72,8 +73,10 @@ class SegmentEmitter(KernelEmitter):
     call that fails and returns ``(k + 1) << 32 | status`` (``k``: the call's position in the
     segment), or at a gather index out of range (``INDEX_ERROR | (k + 1) << 32``)."""
 
-    def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms, kernel_numbers=None):
+    def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms, kernel_numbers=None,
+                 optimize: bool = True):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
+        self.optimize = optimize        # else LLVM leaves the segment as written (optnone)
         # id(kernel) -> the numbers its family's code takes after the dims (tir.families)
         self.kernel_numbers = kernel_numbers or {}
         self.math_used, self.helpers_used = set(), set()
@@ -105,7 +108,8 @@ class SegmentEmitter(KernelEmitter):
             else:
                 self._native_call(b, k)
         fn.emit("ret i64 0")
-        return "\n".join([f"define i64 @{self.seg.name}(ptr %buffers, ptr %dims) {{\nentry:"] +
+        attrs = "" if self.optimize else f" {SEGMENT_OPTNONE}"
+        return "\n".join([f"define i64 @{self.seg.name}(ptr %buffers, ptr %dims){attrs} {{\nentry:"] +
                          ["  " + a for a in fn.entry_allocas] + fn.lines + ["}"])
 
     def _slot(self, v) -> str:

@@ -29,6 +29,10 @@ from .native_loop import LLVMControlFlow
 
 
 
+def _region_executable(module: IRModule) -> "LLVMExecutable":
+    return LLVMExecutable(module, region=True)
+
+
 def _python_library(b: Binding) -> bool:
     """Whether a library call runs as a Python host call (else natively in a segment)."""
     impl = lookup(b.callee.name)
@@ -43,7 +47,11 @@ def _python_library(b: Binding) -> bool:
 class LLVMExecutable(Executable):
     backend = "llvm"
 
-    def __init__(self, module: IRModule):
+    def __init__(self, module: IRModule, region: bool = False):
+        # a region (a loop body, a branch) runs its segments many times per call: they are
+        # optimised; a function's own segments run once per call, a list of kernel and
+        # library calls that LLVM's optimiser only makes slower to compile (optnone)
+        self.region = region
         target.init()
         check_object_layout()
         target.libmvec()
@@ -92,7 +100,7 @@ class LLVMExecutable(Executable):
             if b.kind == "primitive":
                 steps.append(HostOp(b))
                 if regions(b):          # control flow: its regions compile as executables
-                    self.control[id(b)] = LLVMControlFlow(b, LLVMExecutable)
+                    self.control[id(b)] = LLVMControlFlow(b, _region_executable)
             elif b.kind == "library" and _python_library(b):
                 steps.append(LibraryHostCall(b))
             else:                       # (gather index checks run in the segment)
@@ -128,7 +136,7 @@ class LLVMExecutable(Executable):
         self.fallible = set()           # segments with a status to check
         in_memory = False               # native library functions are process addresses
         for seg in self.segments:
-            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra)
+            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region)
             parts.append(em.emit())
             helpers |= em.helpers_used
             for sym, addr in em.natives.items():
