@@ -321,3 +321,32 @@ def test_dtypes():
         rnp.linalg.qr(a, mode="complete")
     assert rj.jit(lambda a: rnp.linalg.norm(a, 2))(a).dtype == np.float32
     assert rj.jit(lambda a: rnp.linalg.svd(a))(a.astype(np.int32))[1].dtype == np.float64
+
+
+@pytest.mark.parametrize("source", ["numpy-openblas", "scipy"])
+def test_native_solve_on_either_lapack(source, monkeypatch):
+    """The native linalg functions run on NumPy's OpenBLAS LAPACK (64-bit integers) when it
+    has one, else on SciPy's (32-bit): both give NumPy's answer through the library ABI."""
+    import ctypes
+    from relaxjax.backends.llvm import lapack, target
+    if source == "scipy":
+        pytest.importorskip("scipy")
+        monkeypatch.setattr(lapack, "lapack_source", lambda: (32, lapack._scipy_routine))
+    elif target.lapack_function("dgetrf") is None:
+        pytest.skip("NumPy's BLAS exports no LAPACK")
+    lapack._compiled.cache_clear()
+    try:
+        fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_int64)(lapack.address("solve"))
+        rng = np.random.default_rng(7)
+        for n, k in [(1, 1), (3, 2), (17, 5)]:
+            a = rng.standard_normal((n, n)) + n * np.eye(n)
+            bt = rng.standard_normal((k, n))
+            xt = np.zeros((k, n))
+            data = (ctypes.c_void_p * 3)(a.ctypes.data, bt.ctypes.data, xt.ctypes.data)
+            shapes = (ctypes.c_int64 * 6)(n, n, k, n, k, n)
+            ndims = (ctypes.c_int64 * 3)(2, 2, 2)
+            assert fn(data, shapes, ndims, 3) == 0
+            np.testing.assert_allclose(xt, np.linalg.solve(a, bt.T).T, rtol=1e-10, atol=1e-12)
+    finally:
+        lapack._compiled.cache_clear()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from typing import Callable
 
 import llvmlite.binding as llvm
 
@@ -36,9 +37,11 @@ class _Fn(codegen_Fn):
     allocas; the optimiser promotes them to registers), on the kernel generator's SSA and
     label naming."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, int_bits: int):
         super().__init__()
         self.name = name
+        self.lint_ty = f"i{int_bits}"             # LAPACK's integer: 32 (LP64) or 64 (ILP64)
+        self.lint_bytes = str(int_bits // 8)
         self.allocas: list = []
 
     v = codegen_Fn.val
@@ -48,10 +51,15 @@ class _Fn(codegen_Fn):
         self.allocas.append(f"  {t} = alloca {ty}")
         return t
 
-    def i32(self, value: str) -> str:
-        """A pointer to ``value`` (an i64) as a 32-bit int: LAPACK's ``int *``."""
-        p = self.alloca("i32")
-        self.emit(f"store i32 {self.v('i32', f'trunc i64 {value} to i32')}, ptr {p}")
+    def to_lint(self, value: str) -> str:
+        """``value`` (an i64) as LAPACK's integer."""
+        t = self.lint_ty
+        return value if t == "i64" else self.v(t, f"trunc i64 {value} to {t}")
+
+    def lint(self, value: str) -> str:
+        """A pointer to ``value`` (an i64) as LAPACK's integer: its ``int *``."""
+        p = self.alloca(self.lint_ty)
+        self.emit(f"store {self.lint_ty} {self.to_lint(value)}, ptr {p}")
         return p
 
     def char(self, c: str) -> str:
@@ -141,8 +149,9 @@ class _Fn(codegen_Fn):
 
     def check_info(self, info: str, cleanup, fail_status: int = FAIL) -> None:
         """Return ``fail_status`` when info > 0 and BAD_ARGUMENT when info < 0."""
-        v = self.v("i32", f"load i32, ptr {info}")
-        for cond, status in ((f"icmp sgt i32 {v}, 0", fail_status), (f"icmp slt i32 {v}, 0", BAD_ARGUMENT)):
+        t = self.lint_ty
+        v = self.v(t, f"load {t}, ptr {info}")
+        for cond, status in ((f"icmp sgt {t} {v}, 0", fail_status), (f"icmp slt {t} {v}, 0", BAD_ARGUMENT)):
             def fail(status=status):
                 cleanup()
                 self.emit(f"ret i32 {status}")
@@ -161,18 +170,18 @@ def _free(f: _Fn, *ptrs: str):
     return cleanup
 
 
-def _solve() -> str:
+def _solve(int_bits: int) -> str:
     """(a: (..., n, n), bt: (..., k, n)) -> xt: (..., k, n), ``xt = solve(a, bt.mT).mT``
     (the same batch dims)."""
-    f = _Fn("rj_linalg_solve")
+    f = _Fn("rj_linalg_solve", int_bits)
     a, bt, xt = f.data(0), f.data(1), f.data(2)
     B, n, _ = f.last2(0)
     _, k, _ = f.last2(1)
     nn, kn = f.mul(n, n), f.mul(k, n)
     lu = f.malloc(f.mul(f.max1(nn), "8"))
-    ipiv = f.malloc(f.mul(f.max1(n), "4"))
+    ipiv = f.malloc(f.mul(f.max1(n), f.lint_bytes))
     f.memcpy(xt, bt, f.mul(B, kn))
-    pn, pk, ld, info, trans = f.i32(n), f.i32(k), f.i32(f.max1(n)), f.alloca("i32"), f.char("T")
+    pn, pk, ld, info, trans = f.lint(n), f.lint(k), f.lint(f.max1(n)), f.alloca(f.lint_ty), f.char("T")
     cleanup = _free(f, lu, ipiv)
 
     def body(i):
@@ -187,18 +196,18 @@ def _solve() -> str:
     return f.text()
 
 
-def _inv() -> str:
+def _inv(int_bits: int) -> str:
     """a: (..., n, n) -> (..., n, n).  getrf + getri on A^T give (A^T)^-1 = (A^-1)^T, which
     read row-major is A^-1."""
-    f = _Fn("rj_linalg_inv")
+    f = _Fn("rj_linalg_inv", int_bits)
     a, out = f.data(0), f.data(1)
     B, n, _ = f.last2(0)
     nn = f.mul(n, n)
     f.memcpy(out, a, f.mul(B, nn))
     lwork = f.mul(f.max1(n), str(WORK_PER_ROW))
-    ipiv = f.malloc(f.mul(f.max1(n), "4"))
+    ipiv = f.malloc(f.mul(f.max1(n), f.lint_bytes))
     work = f.malloc(f.mul(lwork, "8"))
-    pn, ld, pl, info = f.i32(n), f.i32(f.max1(n)), f.i32(lwork), f.alloca("i32")
+    pn, ld, pl, info = f.lint(n), f.lint(f.max1(n)), f.lint(lwork), f.alloca(f.lint_ty)
     cleanup = _free(f, ipiv, work)
 
     def body(i):
@@ -213,37 +222,37 @@ def _inv() -> str:
     return f.text()
 
 
-def _det() -> str:
+def _det(int_bits: int) -> str:
     """a: (..., n, n) -> (...).  As NumPy: sign and log|det| from the LU factors of A^T
     (det A^T = det A), ``sign * exp(logdet)``; 0 for an exactly singular matrix."""
-    f = _Fn("rj_linalg_det")
+    f = _Fn("rj_linalg_det", int_bits)
     a, out = f.data(0), f.data(1)
     B, n, _ = f.last2(0)
     nn = f.mul(n, n)
     lu = f.malloc(f.mul(f.max1(nn), "8"))
-    ipiv = f.malloc(f.mul(f.max1(n), "4"))
-    pn, ld, info = f.i32(n), f.i32(f.max1(n)), f.alloca("i32")
+    ipiv = f.malloc(f.mul(f.max1(n), f.lint_bytes))
+    pn, ld, info = f.lint(n), f.lint(f.max1(n)), f.alloca(f.lint_ty)
     sign, logdet = f.alloca("double"), f.alloca("double")
     cleanup = _free(f, lu, ipiv)
 
     def body(i):
         f.memcpy(lu, f.at(a, f.mul(i, nn)), nn)
         f.lapack("dgetrf", pn, pn, lu, ld, ipiv, info)
-        v = f.v("i32", f"load i32, ptr {info}")
+        v = f.v(f.lint_ty, f"load {f.lint_ty}, ptr {info}")
         def bad():
             cleanup()
             f.emit(f"ret i32 {BAD_ARGUMENT}")
             f.start_block(f.label("dead"))
-        f.if_(f.v("i1", f"icmp slt i32 {v}, 0"), bad)
+        f.if_(f.v("i1", f"icmp slt {f.lint_ty} {v}, 0"), bad)
         f.emit(f"store double 1.0, ptr {sign}")
         f.emit(f"store double 0.0, ptr {logdet}")
 
         def pivot(j):
             diag = f.mul(j, f.v("i64", f"add i64 {n}, 1"))
             u = f.v("double", f"load double, ptr {f.at(lu, diag)}")
-            p = f.v("i32", f"load i32, ptr {f.at(ipiv, j, 'i32')}")
-            j1 = f.v("i32", f"trunc i64 {f.v('i64', f'add i64 {j}, 1')} to i32")
-            swapped = f.v("i1", f"icmp ne i32 {p}, {j1}")
+            p = f.v(f.lint_ty, f"load {f.lint_ty}, ptr {f.at(ipiv, j, f.lint_ty)}")
+            j1 = f.to_lint(f.v("i64", f"add i64 {j}, 1"))
+            swapped = f.v("i1", f"icmp ne {f.lint_ty} {p}, {j1}")
             neg = f.v("i1", f"fcmp olt double {u}, 0.0")
             flip = f.v("i1", f"xor i1 {swapped}, {neg}")
             s = f.v("double", f"load double, ptr {sign}")
@@ -257,7 +266,7 @@ def _det() -> str:
         ld_ = f.v("double", f"load double, ptr {logdet}")
         e = f.v("double", f"call double @llvm.exp.f64(double {ld_})")
         d = f.v("double", f"fmul double {f.v('double', f'load double, ptr {sign}')}, {e}")
-        singular = f.v("i1", f"icmp sgt i32 {v}, 0")
+        singular = f.v("i1", f"icmp sgt {f.lint_ty} {v}, 0")
         res = f.v("double", f"select i1 {singular}, double 0.0, double {d}")
         f.emit(f"store double {res}, ptr {f.at(out, i)}")
     f.loop(B, body)
@@ -266,15 +275,15 @@ def _det() -> str:
     return f.text()
 
 
-def _cholesky() -> str:
+def _cholesky(int_bits: int) -> str:
     """a: (..., n, n) -> L: (..., n, n).  potrf("U") on A^T reads A's lower triangle and
     leaves U = L^T in column-major order, i.e. L row-major; the other triangle is zeroed."""
-    f = _Fn("rj_linalg_cholesky")
+    f = _Fn("rj_linalg_cholesky", int_bits)
     a, out = f.data(0), f.data(1)
     B, n, _ = f.last2(0)
     nn = f.mul(n, n)
     f.memcpy(out, a, f.mul(B, nn))
-    pn, ld, info, uplo = f.i32(n), f.i32(f.max1(n)), f.alloca("i32"), f.char("U")
+    pn, ld, info, uplo = f.lint(n), f.lint(f.max1(n)), f.alloca(f.lint_ty), f.char("U")
 
     def body(i):
         p = f.at(out, f.mul(i, nn))
@@ -291,12 +300,12 @@ def _cholesky() -> str:
     return f.text()
 
 
-def _qr() -> str:
+def _qr(int_bits: int) -> str:
     """a: (..., m, n) -> q: (..., m, k), r: (..., k, n), k = min(m, n) (reduced QR).
     Row-major A is column-major A^T (n x m); its LQ factorization A^T = L Q' gives R = L^T
     (the first k columns of the factored matrix, read row-major) and Q = Q'^T (orglq's
     k x m result)."""
-    f = _Fn("rj_linalg_qr")
+    f = _Fn("rj_linalg_qr", int_bits)
     a, q, r = f.data(0), f.data(1), f.data(2)
     B, m, n = f.last2(0)
     k = f.v("i64", f"call i64 @llvm.smin.i64(i64 {m}, i64 {n})")
@@ -305,8 +314,8 @@ def _qr() -> str:
     tau = f.malloc(f.mul(f.max1(k), "8"))
     lwork = f.mul(f.max1(f.v("i64", f"call i64 @llvm.smax.i64(i64 {m}, i64 {n})")), str(WORK_PER_ROW))
     work = f.malloc(f.mul(lwork, "8"))
-    pm, pn, pk = f.i32(m), f.i32(n), f.i32(k)
-    ldn, ldk, pl, info = f.i32(f.max1(n)), f.i32(f.max1(k)), f.i32(lwork), f.alloca("i32")
+    pm, pn, pk = f.lint(m), f.lint(n), f.lint(k)
+    ldn, ldk, pl, info = f.lint(f.max1(n)), f.lint(f.max1(k)), f.lint(lwork), f.alloca(f.lint_ty)
     cleanup = _free(f, w, tau, work)
 
     def body(i):
@@ -342,7 +351,8 @@ def _qr() -> str:
 FUNCTIONS = {"solve": _solve, "inv": _inv, "det": _det, "cholesky": _cholesky, "qr": _qr}
 
 
-def _capsule_address(routine: str) -> int:
+def _scipy_routine(routine: str) -> int:
+    """The address of SciPy's LAPACK ``routine`` (``scipy.linalg.cython_lapack``, LP64)."""
     from scipy.linalg import cython_lapack
     cap = cython_lapack.__pyx_capi__[routine]
     get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -352,32 +362,47 @@ def _capsule_address(routine: str) -> int:
     return get_ptr(cap, get_name(cap))
 
 
-def module_text() -> str:
+@functools.lru_cache(maxsize=None)
+def lapack_source() -> tuple[int, Callable[[str], int]]:
+    """(integer bits, routine -> address): the LAPACK in NumPy's OpenBLAS when it exports
+    one (ILP64: already loaded, where importing SciPy's costs a third of a second), else
+    SciPy's."""
+    found = target.lapack_function("dgetrf")
+    if found is not None:
+        return found[1], lambda r: target.lapack_function(r)[0]
+    return 32, _scipy_routine
+
+
+def module_text(name: str, int_bits: int) -> str:
+    """The LLVM module of native ``linalg.<name>`` for a LAPACK with ``int_bits`` integers."""
     decls = [f"declare void @rj_lapack_{r}({', '.join(['ptr'] * n)})" for r, n in LAPACK.items()]
     decls += ["declare ptr @malloc(i64)", "declare void @free(ptr)",
               "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
               "declare i64 @llvm.smax.i64(i64, i64)", "declare i64 @llvm.smin.i64(i64, i64)",
               "declare double @llvm.log.f64(double)",
               "declare double @llvm.exp.f64(double)", "declare double @llvm.fabs.f64(double)"]
-    return "\n".join(decls) + "\n\n" + "\n\n".join(make() for make in FUNCTIONS.values()) + "\n"
+    return "\n".join(decls) + "\n\n" + FUNCTIONS[name](int_bits) + "\n"
 
 
 _LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled():
+def _compiled(name: str):
+    """``linalg.<name>`` compiled (in memory: it calls LAPACK at this process's addresses),
+    each function on its first use only."""
     target.init()
+    bits, routine = lapack_source()
     with _LOCK:
         for r in LAPACK:
-            llvm.add_symbol(f"rj_lapack_{r}", _capsule_address(r))
-    cm = compile_llvm(module_text(), [])
-    return cm, {name: cm.engine.get_function_address(f"rj_linalg_{name}") for name in FUNCTIONS}
+            llvm.add_symbol(f"rj_lapack_{r}", routine(r))
+    cm = compile_llvm(module_text(name, bits), [])
+    return cm, cm.engine.get_function_address(f"rj_linalg_{name}")
 
 
 def address(name: str) -> int:
     """The address of native ``linalg.<name>`` (compiled on first use)."""
-    return _compiled()[1][name]
+    return _compiled(name)[1]
 
 
 def _loader(name):

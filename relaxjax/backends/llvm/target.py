@@ -198,6 +198,22 @@ def _openblas_candidates():
 
 
 @functools.lru_cache(maxsize=None)
+def lapack_function(name: str) -> tuple[int, int] | None:
+    """(address, integer bits) of LAPACK's ``<name>`` (Fortran ABI) in NumPy's OpenBLAS,
+    or None when that library exports no LAPACK."""
+    found = openblas()
+    if found is None:
+        return None
+    path, (prefix, suffix) = found
+    lib = ctypes.CDLL(path)
+    pre = prefix[:-len("cblas_")] if prefix.endswith("cblas_") else ""
+    fn = getattr(lib, f"{pre}{name}_{suffix}" if suffix else f"{pre}{name}_", None)
+    if fn is None:
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value, 64 if suffix == "64_" else 32
+
+
+@functools.lru_cache(maxsize=None)
 def blas_function(name: str) -> int | None:
     """The address of NumPy's OpenBLAS ``cblas_<name>`` ("sgemm", "dgemm", "sgemv", "dgemv"),
     which generated code calls through a global function pointer (never a baked address)."""
