@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import relaxjax as rj
@@ -227,6 +227,10 @@ LAYOUT = {
 @given(data=st.data())
 def test_layout_and_reductions(name, dtype, data):
     x = data.draw(cx(dtype, min_dims=1))
+    if name == "where_scalar":
+        # |x| at the threshold within rounding: complex64 and the complex128 oracle may
+        # choose differently (|1 + 1.2e-7j| is 1 in float32, above 1 in float64)
+        assume(np.all(np.abs(np.abs(x.astype(C128)) - 1) > 1e-4))
     fn = LAYOUT[name]
     t = None
     if dtype == C64 and name in ("sum", "sum_all", "mean", "cumsum"):

@@ -7,7 +7,7 @@ import numpy as np
 
 import relaxjax.numpy as rnp
 from relaxjax.core import Tracer
-from relaxjax.lax import fori_loop, scan, while_loop  # noqa: F401  (the kernels' names)
+from relaxjax.lax import dynamic_slice, fori_loop, scan, while_loop  # noqa: F401  (the kernels' names)
 
 
 def _traced(*vals) -> bool:

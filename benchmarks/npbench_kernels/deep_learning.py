@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
+from ._loops import dynamic_slice, fori_loop
 
 SRC = "deep_learning/"
 
@@ -17,14 +18,17 @@ def relu(x):
 
 
 def conv2d(x, w):
-    """Valid 2-D convolution (cross-correlation), x: (N, H, W, Cin), w: (K, K, Cin, Cout):
-    im2col, the K*K shifted windows side by side, then one matmul (K is read as a
-    number: a guard)."""
+    """Valid 2-D convolution (cross-correlation), x: (N, H, W, Cin), w: (K, K, Cin, Cout),
+    written the way a JAX user writes it shape-generic: a ``fori_loop`` over the K*K taps,
+    each adding its shifted window (``dynamic_slice``) times that tap's (Cin, Cout)
+    weights, so K stays a dim (one compile for every kernel size)."""
     k = w.shape[0]
-    h, wd = x.shape[1] - k + 1, x.shape[2] - k + 1
-    cols = np.concatenate([x[:, di:di + h, dj:dj + wd, :]
-                           for di in range(k) for dj in range(k)], axis=3)
-    return cols @ np.reshape(w, (-1, w.shape[3]))
+    n, h, wd, c = x.shape[0], x.shape[1] - k + 1, x.shape[2] - k + 1, x.shape[3]
+
+    def tap(t, acc):
+        di, dj = t // k, t % k
+        return acc + dynamic_slice(x, (0, di, dj, 0), (n, h, wd, c)) @ w[di, dj]
+    return fori_loop(0, k * k, tap, np.zeros((n, h, wd, w.shape[3]), x.dtype))
 
 
 def _conv_ref(x, w):

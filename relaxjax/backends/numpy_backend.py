@@ -184,7 +184,8 @@ class _FunctionInterp:
             if a.dtype != p.type.dtype or a.ndim != p.type.ndim:
                 raise ShapeError(f"@{fn.name}: argument of {a.dtype}{list(a.shape)} passed for "
                                  f"a parameter of type {p.type}")
-        D: dict = {}
+        # a dim no argument shows (a fused group's ``t // n`` over scalars) is the caller's
+        D: dict = dict(outer) if outer else {}
         for name, k, ax in self._param_binders:
             D[name] = arrays[k].shape[ax]
         todo = list(self._solve)            # dims only seen inside expressions (2 * n)

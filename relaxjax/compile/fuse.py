@@ -336,24 +336,6 @@ def _subfunction(fn: Function, members: list, uses: dict, taken: set) -> tuple[F
     return sub, args, outs
 
 
-def _closed(sub: Function) -> bool:
-    """Every dim the group's values use is bound by its parameters' shapes."""
-    bound = set(sub.dim_vars)
-    for b in sub.bindings:
-        for v in b.outvars:
-            if not v.type.free_symbols() <= bound:
-                return False
-        for a in b.args:
-            if isinstance(a, Literal) and is_symbolic(a.value) and not free_symbols(a.value) <= bound:
-                return False
-        for p in b.params.values():
-            if is_symbolic(p) and not free_symbols(p) <= bound:
-                return False
-            if isinstance(p, tuple) and any(is_symbolic(x) and not free_symbols(x) <= bound for x in p):
-                return False
-    return True
-
-
 def _buildable(sub: Function, kind: str) -> bool:
     try:
         fused_primfunc(sub, kind)
@@ -418,7 +400,7 @@ def _build_group(fn: Function, g: _Group, uses: dict, taken: set):
         sub.attrs["kind"] = g.kind
         if g.kind == "output_fusable":
             sub.attrs["epilogue"] = "reduction" if g.full is not None else "injective"
-        if _closed(sub) and _buildable(sub, g.kind):
+        if _buildable(sub, g.kind):
             return sub, args, outs, members
         taken.discard(sub.name)
         members = members[:-1]

@@ -78,6 +78,9 @@ def verify_function(fn: Function) -> None:
 
     defined: set = set()
     bound = set(fn.dim_vars)
+    # a fused group (primitive) also reads its caller's dims (``t // n`` over scalars):
+    # whether those are bound is checked where the caller is verified
+    callers_dims = bool(fn.attrs.get("primitive"))
     env = _AssumingEnv("explicit", fn.bounds)
     for p in fn.params:
         if p in defined:
@@ -91,7 +94,7 @@ def verify_function(fn: Function) -> None:
         elif isinstance(a, Literal):
             if isinstance(a.value, sympy.Basic):
                 unbound = a.value.free_symbols - bound
-                if unbound:
+                if unbound and not callers_dims:
                     err(f"{where} uses dims {sorted(s.name for s in unbound)} that nothing binds")
         else:
             err(f"{where}: {a!r} is not an atom")
@@ -119,7 +122,7 @@ def verify_function(fn: Function) -> None:
                 err(f"{where} redefines a value")
             defined.add(v)
             new = v.type.free_symbols() - bound
-            if new and getattr(b.callee, "kind", "") != "data_dependent":
+            if new and getattr(b.callee, "kind", "") != "data_dependent" and not callers_dims:
                 err(f"{where}: result type {v.type} uses dims {sorted(s.name for s in new)} "
                     f"that nothing binds")
             bound |= new
