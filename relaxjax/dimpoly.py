@@ -431,19 +431,46 @@ def _nonneg_by_shift(p: Poly, bounds: Bounds, memo: dict) -> bool:
     """``p >= 0`` proved by writing every atom as its lower bound plus a nonnegative
     unknown: a polynomial in those unknowns with nonnegative coefficients is nonnegative
     (``n*k - n >= 0`` for ``n, k >= 1``, which intervals alone miss)."""
-    shifted = ZERO
-    shifts: dict = {}
+    key = ("shift", p)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    shifts: dict = {}                 # atom -> its lower bound, where that is not 0
     for x in p.atoms():
         lo = atom_interval(x, bounds, memo)[0]
         if lo == -INF:
+            memo[key] = False
             return False
-        shifts[x] = atom(x) + const(lo)
+        if lo != 0:                   # an atom from 0 stays itself: nothing to expand
+            shifts[x] = lo
+    # the expansion has up to 2**(shifted atoms) terms per monomial: past _SHIFT_TERMS the
+    # test gives up (undecided) rather than spend seconds on products of many dims
+    if sum(2 ** sum(k for x, k in m if x in shifts) for m in p.terms) > _SHIFT_TERMS:
+        memo[key] = False
+        return False
+    total: dict = {}                  # monomial of the unknowns -> coefficient
     for m, c in p.terms.items():
-        t = const(c)
+        parts = {(): c}
         for x, k in m:
-            t = t * shifts[x] ** k
-        shifted = shifted + t
-    return all(c >= 0 for c in shifted.terms.values())
+            lo = shifts.get(x)
+            if lo is None:
+                parts = {t + ((x, k),): v for t, v in parts.items()}
+                continue
+            grown: dict = {}
+            for t, v in parts.items():          # (y + lo)**k, binomially
+                for j in range(k + 1):
+                    u = t + ((x, j),) if j else t
+                    grown[u] = grown.get(u, 0) + v * math.comb(k, j) * lo ** (k - j)
+            parts = grown
+        for t, v in parts.items():
+            u = frozenset(t)
+            total[u] = total.get(u, 0) + v
+    r = all(v >= 0 for v in total.values())
+    memo[key] = r
+    return r
+
+
+_SHIFT_TERMS = 4096
 
 
 def _unfloor(p: Poly, exact: set) -> Poly | None:

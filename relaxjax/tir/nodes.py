@@ -10,6 +10,8 @@ independent), ``reduction`` (carries an accumulator), ``serial``.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -132,9 +134,16 @@ _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, 
 
 
 def from_sympy(e: Dim) -> Expr:
-    """A symbolic dim as an int64 expression over dim variables (named like the symbols)."""
+    """A symbolic dim as an int64 expression over dim variables (named like the symbols).
+    Nodes are immutable, so a dim converted again gets the same expression (every kernel
+    converts its buffers' shapes, and SymPy's ``together`` of a floor costs a millisecond)."""
     if isinstance(e, (int, np.integer)):
         return Const(int(e), INDEX)
+    return _from_sympy(e)
+
+
+@functools.lru_cache(maxsize=8192)
+def _from_sympy(e) -> Expr:
     if e.is_Integer:
         return Const(int(e), INDEX)
     if e.is_Symbol:
