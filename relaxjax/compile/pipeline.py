@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .fuse import fuse_ops
 from .legalize import legalize
+from .matvec_pairs import matvec_pairs
 from .passes import Pass
 from .simplify import canonicalize
 from .split_complex import split_complex
@@ -11,5 +12,8 @@ from .split_complex import split_complex
 def default_pipeline(lower: bool = True) -> list[Pass]:
     """Split complex values into real parts, canonicalize (fold constants, exact algebraic
     identities, CSE, shape simplification, DCE), fuse, then (for backends that run
-    loop-level programs) lower to call_tir / call_library."""
-    return [split_complex, canonicalize, fuse_ops] + ([legalize] if lower else [])
+    loop-level programs) pair matrix-vector products of one matrix and lower to call_tir /
+    call_library."""
+    if not lower:
+        return [split_complex, canonicalize, fuse_ops]
+    return [split_complex, canonicalize, matvec_pairs, fuse_ops, legalize]
