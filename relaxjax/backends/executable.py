@@ -27,6 +27,17 @@ class Executable:
         self.fn: Function = module.main
         self.memory_plan: MemoryPlan | None = plan_memory(self.fn) if plan else None
 
+    @classmethod
+    def restored(cls, module: IRModule, memory_plan: MemoryPlan | None):
+        """An executable of this class, not initialised, holding ``module`` and its memory
+        plan as the process that stored it checked and planned them (the backend restores
+        the rest)."""
+        exe = cls.__new__(cls)
+        exe.module = module
+        exe.fn = module.main
+        exe.memory_plan = memory_plan
+        return exe
+
     # -- inspection ------------------------------------------------------------------------
     def text_stages(self) -> dict[str, Callable[[], str]]:
         """Stage name -> its text; backends add theirs (``llvm``, ``cuda``, ...)."""
