@@ -150,6 +150,47 @@ def test_other_relaxjax_source_misses(cache_dir):
     assert run(cache_dir, SCRIPT)["stats"]["writes"] == 0       # the unedited one still hits
 
 
+LIBRARY = textwrap.dedent("""
+    import ctypes, json, sys
+    import numpy as np
+    import relaxjax as rj
+    from relaxjax import cache
+    from relaxjax.library import NATIVE_SIGNATURE
+
+    def negate(x, out):
+        out[...] = -x
+
+    @NATIVE_SIGNATURE
+    def native_negate(data, shapes, ndims, nargs):
+        size = int(np.prod([shapes[i] for i in range(ndims[0])]))
+        x = np.ctypeslib.as_array(ctypes.cast(data[0], ctypes.POINTER(ctypes.c_double)), (size,))
+        out = np.ctypeslib.as_array(ctypes.cast(data[1], ctypes.POINTER(ctypes.c_double)), (size,))
+        out[:] = -x
+        return 0
+
+    rj.register_library("test.negate", cpu=native_negate if sys.argv[1] == "native" else negate,
+                        out_dtypes=["float64"])
+    f = rj.jit(lambda x: rj.call_library("test.negate", x + 1.0, out=rj.ShapeDtypeStruct(x.shape, x.dtype)) * 2.0)
+    x = np.arange(6.0).reshape(2, 3)
+    print(json.dumps({"ok": bool(np.array_equal(f(x), -(x + 1) * 2)), "stats": cache.stats()}))
+""")
+
+
+def test_library_registered_otherwise_is_not_loaded(cache_dir):
+    """A plan that calls a library function from Python is not loaded in a process that
+    registers it natively (the key names the function, not its implementation)."""
+    def run_with(kind):
+        env = dict(os.environ, RELAXJAX_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+        r = subprocess.run([sys.executable, "-c", LIBRARY, kind], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    assert run_with("python")["ok"] and len(entries(cache_dir, "executable")) == 1
+    assert run_with("python")["stats"]["writes"] == 0                # loaded
+    native = run_with("native")
+    assert native["ok"] and native["stats"]["hits"] >= 1             # read, refused, rebuilt
+
+
 # -- in one process -------------------------------------------------------------------------
 def _exe_stats(fn, *args):
     before = cache.stats()

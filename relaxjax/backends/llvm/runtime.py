@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
 from ...lax.tir_interp import check_host
-from ...library import BUILTIN, lookup, read_only
+from ...library import lookup, read_only
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
 from . import runner_memory, stored, target
@@ -23,20 +23,9 @@ from .engine import (_NATIVE_FAILED, compile_llvm, kernel_code, log, module_with
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.index_checks import ERROR_RECORD, index_error
-from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter
+from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, python_library
 from .native_loop import LLVMControlFlow
 
-
-
-def _python_library(b: Binding) -> bool:
-    """Whether a library call runs as a Python host call (else natively in a segment)."""
-    impl = lookup(b.callee.name)
-    cpu = impl.cpu
-    if cpu is BUILTIN or impl.cpu_native is not None:
-        return False
-    if cpu is None:
-        raise impl.missing("llvm", "cpu")
-    return True
 
 
 class LLVMExecutable(Executable):
@@ -110,7 +99,7 @@ class LLVMExecutable(Executable):
                 steps.append(HostOp(b))
                 if regions(b):          # control flow: its regions compile as executables
                     self.control[id(b)] = LLVMControlFlow(b, LLVMExecutable)
-            elif b.kind == "library" and _python_library(b):
+            elif b.kind == "library" and python_library(b):
                 steps.append(LibraryHostCall(b))
             else:                       # (gather index checks run in the segment)
                 if not steps or not isinstance(steps[-1], Segment):
@@ -373,7 +362,7 @@ def _segment_views(fn: Function) -> set:
     take the operand's slot, and the segments before and after it become one."""
     python_uses = {r for r in fn.results if isinstance(r, Var)}
     for b in fn.bindings:
-        if b.kind == "primitive" or (b.kind == "library" and _python_library(b)):
+        if b.kind == "primitive" or (b.kind == "library" and python_library(b)):
             python_uses.update(a for a in b.args if isinstance(a, Var))
     return {b for b in fn.bindings
             if b.kind == "primitive" and b.callee.name == "reshape" and not regions(b)

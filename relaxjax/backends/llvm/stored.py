@@ -19,7 +19,7 @@ import pickle
 from ...ir import regions
 from . import runner_memory
 from .engine import SharedModule, load_shared, machine_code_key, native_code, prepare_process
-from .host import HostOp, Segment
+from .host import HostOp, Segment, python_library
 from .native_loop import LLVMControlFlow
 
 # Bump when the payload's layout changes (part of the key, so an old payload is never read)
@@ -75,6 +75,7 @@ def _state(exe) -> dict | None:
             inner.append(s)
         control.append((st.binding, inner))
     return {"format": FORMAT, "module": exe.module, "memory_plan": exe.memory_plan,
+            "python_libraries": _python_libraries(exe),
             "slot_of": exe.slot_of, "consts": exe.consts, "steps": exe.steps,
             "dim_names": exe.dim_names, "fallible": exe.fallible,
             "library": (lib.digest, lib.data, [s.name for s in exe.segments]),
@@ -82,8 +83,17 @@ def _state(exe) -> dict | None:
             "runner_code": marshal.dumps(exe._runner_code), "runner_data": exe._runner_data}
 
 
+def _python_libraries(exe) -> dict:
+    """Per library function called: whether it runs as a Python host call (the plan has it
+    between segments) or natively (in a segment): the library's registration decides, and
+    it may be registered otherwise in the process that loads the plan."""
+    return {b.callee.name: python_library(b) for b in exe.fn.bindings if b.kind == "library"}
+
+
 def _restore(cls, state: dict):
     exe = cls.restored(state["module"], state["memory_plan"])
+    if _python_libraries(exe) != state["python_libraries"]:
+        raise ValueError("a library function is registered otherwise than when it was stored")
     exe.slot_of, exe.consts, exe.steps = state["slot_of"], state["consts"], state["steps"]
     exe.segments = [s for s in exe.steps if isinstance(s, Segment)]
     exe.dim_names = state["dim_names"]
