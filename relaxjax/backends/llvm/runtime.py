@@ -1,7 +1,8 @@
 """The LLVM backend's executable: plan the host program (segments of kernel calls between
 host operations), emit its LLVM module, compile it (``engine``), and run calls through a
 generated Python function that sets up buffers (``runner_memory``) and calls each segment
-once."""
+once.  A built executable is stored whole in the persistent cache, and a later process
+loads it without planning or emitting (``stored``)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,7 @@ from ...lax.tir_interp import check_host
 from ...library import lookup, read_only
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
-from . import runner_memory, stored, target
+from . import runner_memory, stored
 from .buffer_pool import POOL
 from .engine import (_NATIVE_FAILED, compile_llvm, kernel_code, log, module_with_kernels,
                      native_code, prepare_process)
@@ -25,7 +26,6 @@ from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _L
 from ...tir.index_checks import ERROR_RECORD, index_error
 from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, python_library
 from .native_loop import LLVMControlFlow
-
 
 
 class LLVMExecutable(Executable):
