@@ -5,6 +5,7 @@ One engine per module text, kept for the process."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -104,10 +105,11 @@ def _runtime_symbols() -> None:
         llvm.add_symbol(name, ctypes.addressof(vs[0]))
 
 
+@functools.lru_cache(maxsize=None)
 def prepare_process() -> None:
-    """What every LLVM executable needs of the process before its code loads or runs: the
-    object layout segments read, libmvec, libgomp (one thread without it) and the runtime
-    globals (BLAS pointers).  Only the first call does real work."""
+    """What every LLVM executable needs of the process before its code loads or runs, once:
+    the object layout segments read, libmvec, libgomp (one thread without it) and the
+    runtime globals (BLAS pointers)."""
     check_object_layout()
     target.libmvec()
     if not target.libgomp():
