@@ -173,13 +173,18 @@ def openblas() -> tuple[str, str] | None:
     """(library path, symbol prefix) of the OpenBLAS that NumPy ships, so generated code calls
     the same BLAS NumPy uses.  None when NumPy was built against another BLAS."""
     for path in _openblas_candidates():
-        lib = ctypes.CDLL(path)
+        lib = _library(path)
         for prefix in ("scipy_cblas_", "cblas_"):
             for suffix in ("64_", ""):
                 if hasattr(lib, f"{prefix}sgemm{suffix}"):
                     llvm.load_library_permanently(path)
                     return path, (prefix, suffix)
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _library(path: str) -> ctypes.CDLL:
+    return ctypes.CDLL(path)
 
 
 def _openblas_candidates():
@@ -215,5 +220,5 @@ def blas_function(name: str) -> int | None:
     if found is None:
         return None
     path, (prefix, suffix) = found
-    fn = getattr(ctypes.CDLL(path), f"{prefix}{name}{suffix}", None)
+    fn = getattr(_library(path), f"{prefix}{name}{suffix}", None)
     return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
