@@ -296,22 +296,23 @@ _SOURCE_DIGEST: list = []
 def source_digest() -> str:
     """A sha256 over the path, size and modification time of each of relaxjax's own Python
     sources: part of the key of anything the compiler's Python code decides (lowered
-    modules), so an edited checkout never reuses what an older one produced, whatever
+    modules, stored executables), so an edited checkout never reuses what an older one produced, whatever
     ``__version__`` says.  Metadata, not contents, as Python's own bytecode cache does:
     reading every source cost 5 ms of each fresh process's first call, and a file touched
     without a change only costs a cache miss."""
     if not _SOURCE_DIGEST:
-        root = str(Path(__file__).resolve().parent)
-        h = hashlib.sha256()
         entries = []
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for n in names:
-                if n.endswith(".py"):
-                    st = os.stat(os.path.join(folder, n))
-                    entries.append(f"{folder[len(root):]}/{n}\0{st.st_size}\0{st.st_mtime_ns}")
-        h.update("\n".join(sorted(entries)).encode())
-        _SOURCE_DIGEST.append(h.hexdigest())
+        folders = [(str(Path(__file__).resolve().parent), "")]
+        while folders:                      # (scandir: no path joins or walk machinery)
+            folder, rel = folders.pop()
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.name.endswith(".py"):
+                        st = e.stat()
+                        entries.append(f"{rel}/{e.name}\0{st.st_size}\0{st.st_mtime_ns}")
+                    elif e.name != "__pycache__" and e.is_dir(follow_symlinks=False):
+                        folders.append((e.path, f"{rel}/{e.name}"))
+        _SOURCE_DIGEST.append(hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest())
     return _SOURCE_DIGEST[0]
 
 

@@ -1,7 +1,8 @@
 """``jit``: trace once per symbolic signature, cache, bind dims per call, run on a backend.
 
 The driver: ``jit_args`` splits a call's arguments, ``jit_trace`` traces one, the pass
-pipeline lowers it (through ``jit_cache``'s persistent cache), a backend compiles it, and
+pipeline lowers it and a backend compiles it (both through ``jit_cache``'s persistent
+cache: a warm start loads the executable), and
 ``Jitted`` keeps the entries and dispatches calls to them."""
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
 from .ir import IRModule, Literal
 from .jit_args import CallArgs, check_static, spec_list
-from .jit_cache import lower_cached
+from .jit_cache import build_cached
 from .jit_trace import trace_call
 from .signature import Binder
 from .structs import ShapeDtypeStruct
@@ -407,7 +408,7 @@ class Jitted:
             backend = get_backend(backend_name)
             if pipeline is None:
                 pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
-                lowered = lower_cached(module, pipeline)
+                lowered, exe = build_cached(module, pipeline, backend_name, backend)
             else:
                 if split_complex not in pipeline and has_complex(module):
                     # no backend takes complex values: split them first, as the default does
@@ -417,7 +418,7 @@ class Jitted:
                     # a backend is handed a fully lowered module: lower what the user's
                     # pipeline left (a pipeline without Legalize)
                     lowered = run_pipeline(lowered, [legalize], dump_input=False)
-            exe = backend(lowered)
+                exe = backend(lowered)
             return _Entry(lowered, exe, traced.binder, traced.out_tree, traced.out_kinds,
                           traced.trace_seconds)
         return module, build

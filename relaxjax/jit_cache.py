@@ -1,6 +1,8 @@
-"""The persistent cache of lowered modules: ``lower_cached(module, pipeline)`` runs the
-pipeline once per traced module across processes (the compiled code itself is cached by the
-backends, keyed by the code)."""
+"""The persistent cache of what a traced module becomes, keyed by the traced module
+(``build_cached``): a backend's whole executable, for backends that can store one (a warm
+start traces, keys and loads), else the lowered module (the pass pipeline runs once per
+traced module across processes; the backend then compiles, caching its code keyed by the
+code)."""
 from __future__ import annotations
 
 import io
@@ -9,6 +11,7 @@ import os
 import pickle
 import sys
 import types
+from typing import Any, Callable
 
 import numpy as np
 import sympy
@@ -37,38 +40,78 @@ class _KeyPickler(pickle.Pickler):
         return NotImplemented
 
 
-def lower_cached(module: IRModule, pipeline: list) -> IRModule:
-    """``run_pipeline(module, pipeline)`` for the default pipeline, through the persistent
-    cache: the lowered module is stored pickled, keyed by the pickled traced module (all the
-    pipeline reads), the passes' names, relaxjax's source digest and the versions of Python,
-    NumPy and SymPy.  Skipped (the pipeline runs) when the cache is off, when IR dumps or
-    verification are asked for, or when the module does not pickle or pickles to more than
-    ``_LOWERED_MAX_BYTES`` (large constants); an entry that does not unpickle is ignored and
-    rewritten."""
+def traced_key(module: IRModule, pipeline: list) -> tuple | None:
+    """The key parts naming what ``pipeline`` makes of the traced ``module``: the pickled
+    module (all the pipeline reads), the passes' names, relaxjax's source digest and the
+    versions of Python, NumPy and SymPy.  None when nothing is cached: the cache is off, IR
+    dumps or verification are asked for, or the module does not pickle or pickles to more
+    than ``_LOWERED_MAX_BYTES`` (large constants)."""
     if not cache.enabled() or os.environ.get("RELAXJAX_DUMP_IR", "0") not in ("", "0") or \
             os.environ.get("RELAXJAX_VERIFY", "0") not in ("", "0"):
-        return run_pipeline(module, pipeline)
+        return None
     try:
         buf = io.BytesIO()
         _KeyPickler(buf, protocol=5).dump(module)
         traced = buf.getvalue()
     except Exception:                        # noqa: BLE001 (a value that does not pickle)
-        return run_pipeline(module, pipeline)
+        return None
     if len(traced) > _LOWERED_MAX_BYTES:     # large constants: not worth a disk entry
-        return run_pipeline(module, pipeline)
-    parts = (traced, tuple(p.name for p in pipeline), cache.source_digest(),
-             "%d.%d" % sys.version_info[:2], np.__version__, sympy.__version__)
-    data = cache.get("lowered", parts)
+        return None
+    return (traced, tuple(p.name for p in pipeline), cache.source_digest(),
+            "%d.%d" % sys.version_info[:2], np.__version__, sympy.__version__)
+
+
+def build_cached(module: IRModule, pipeline: list, backend_name: str,
+                 backend: Callable) -> tuple[IRModule, Any]:
+    """(lowered module, executable) of the traced ``module`` on the backend registered as
+    ``backend_name`` (``backend``: its compile function).  A backend whose executables can be stored whole has
+    ``backend.cache_key()`` (what decides the executable besides the lowered module, or
+    None to store nothing), ``backend.from_cache(bytes)`` and ``executable.to_cache()``
+    (bytes, or None for one that cannot be stored): then a warm start traces, keys and
+    loads, with no pass, memory planning or code generation.  Otherwise the lowered module
+    is stored (the pipeline runs once per traced module across processes) and the backend
+    compiles it, caching its code keyed by the code.  An entry that does not load is
+    ignored and rewritten; with no key (:func:`traced_key`) the pipeline just runs."""
+    parts = traced_key(module, pipeline)
+    if parts is None:
+        lowered = run_pipeline(module, pipeline)
+        return lowered, backend(lowered)
+    key_of = getattr(backend, "cache_key", None)
+    extra = key_of() if key_of is not None else None
+    exe_parts = (*parts, backend_name, extra)
+    data = cache.get("executable", exe_parts) if extra is not None else None
+    if data is not None:
+        try:
+            exe = backend.from_cache(data)
+            return exe.module, exe
+        except Exception as e:               # noqa: BLE001 (stale or damaged: build it again)
+            log.info("relaxjax cache: ignoring a stored executable that does not load (%s)", e)
+    lowered, ran = _lower(module, pipeline, parts)
+    exe = backend(lowered)
+    data = exe.to_cache() if extra is not None else None
+    if data is not None:
+        cache.put("executable", exe_parts, data)
+    elif ran:                                # the lowered module alone, at least
+        _store_lowered(parts, lowered)
+    return lowered, exe
+
+
+def _lower(module: IRModule, pipeline: list, parts: tuple | None) -> tuple[IRModule, bool]:
+    """The lowered module from the cache's entry under ``parts``, else from the pipeline
+    (then True: whether the pipeline ran)."""
+    data = cache.get("lowered", parts) if parts is not None else None
     if data is not None:
         try:
             lowered = pickle.loads(data)
             if isinstance(lowered, IRModule):
-                return lowered
+                return lowered, False
         except Exception as e:               # noqa: BLE001 (stale or damaged: recompute)
             log.info("relaxjax cache: ignoring a lowered module that does not load (%s)", e)
-    lowered = run_pipeline(module, pipeline)
+    return run_pipeline(module, pipeline), True
+
+
+def _store_lowered(parts: tuple, lowered: IRModule) -> None:
     try:
         cache.put("lowered", parts, pickle.dumps(lowered, protocol=5))
     except Exception as e:                   # noqa: BLE001
         log.info("relaxjax cache: not storing a lowered module that does not pickle (%s)", e)
-    return lowered

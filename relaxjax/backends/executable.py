@@ -4,7 +4,10 @@ An executable is called as ``exe(dims, arrays) -> list of results`` (``dims``: d
 int, bound from the arguments; ``arrays``: the parameters' values).  It prints its program
 at the stages it has (``as_text``) and, for backends that plan memory, reports the plan
 (``memory_stats``).  Backends that run loop-level programs take a module the driver has
-fully lowered (``lowered=True``); none runs passes itself.
+fully lowered (``lowered=True``); none runs passes itself.  A backend may also store whole
+executables in the persistent cache (``cache_key``/``from_cache`` on its compile function,
+``to_cache`` on the executable: see ``jit_cache.build_cached``); the LLVM backend does, the
+others simply do not implement them.
 """
 from __future__ import annotations
 
@@ -26,6 +29,17 @@ class Executable:
         self.module = module
         self.fn: Function = module.main
         self.memory_plan: MemoryPlan | None = plan_memory(self.fn) if plan else None
+
+    @classmethod
+    def restored(cls, module: IRModule, memory_plan: MemoryPlan | None):
+        """An executable of this class, not initialised, holding ``module`` and its memory
+        plan as the process that stored it checked and planned them (the backend restores
+        the rest)."""
+        exe = cls.__new__(cls)
+        exe.module = module
+        exe.fn = module.main
+        exe.memory_plan = memory_plan
+        return exe
 
     # -- inspection ------------------------------------------------------------------------
     def text_stages(self) -> dict[str, Callable[[], str]]:

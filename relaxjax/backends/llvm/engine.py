@@ -5,6 +5,7 @@ One engine per module text, kept for the process."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -19,6 +20,7 @@ from ... import cache
 from ...tir import PrimFunc
 from . import mathlib, target
 from .codegen import KernelEmitter, helper_source
+from .host import check_object_layout
 
 # Process-wide knobs read by every kernel: thread count (0 = OpenMP's default) and the work
 # (elements touched) below which a kernel stays on the calling thread; and the BLAS functions
@@ -103,6 +105,18 @@ def _runtime_symbols() -> None:
         llvm.add_symbol(name, ctypes.addressof(vs[0]))
 
 
+@functools.lru_cache(maxsize=None)
+def prepare_process() -> None:
+    """What every LLVM executable needs of the process before its code loads or runs, once:
+    the object layout segments read, libmvec, libgomp (one thread without it) and the
+    runtime globals (BLAS pointers)."""
+    check_object_layout()
+    target.libmvec()
+    if not target.libgomp():
+        set_num_threads(1)
+    _runtime_symbols()
+
+
 def _runtime_library() -> None:
     """Load the runtime globals as a shared library (``RTLD_GLOBAL``, before any cached
     kernel) and copy the current values into it."""
@@ -165,20 +179,29 @@ class SharedModule:
     to position-independent object code, linked (``target.link_shared``) and stored there.
     Loaded ``RTLD_GLOBAL`` (``exports``) so the modules loaded after it resolve its exported
     symbols (the runtime globals, kernel entries), else ``RTLD_LOCAL`` (segments: called
-    only through their addresses).  ``from_cache`` says whether it came from the cache."""
+    only through their addresses).  ``from_cache`` says whether it came from the cache;
+    ``data`` is the library's bytes (what a stored executable keeps, see
+    :func:`load_shared`), ``digest`` the sha256 of its text.  ``text`` is None for a
+    library loaded from a stored executable until its owner emits the text again (only
+    inspection needs it)."""
 
-    def __init__(self, text: str, entry_names: list, exports: bool = True):
+    def __init__(self, text: str | None, entry_names: list, exports: bool = True,
+                 data: bytes | None = None, digest: str | None = None):
         self.text = text
+        self.digest = digest or _digest(text)
         mode = ctypes.RTLD_GLOBAL if exports else ctypes.RTLD_LOCAL
         self._optimized = None
-        parts = cache_key_parts(text)
         self.lib = None
-        data = cache.get("llvm", parts, ".so")
-        if data is not None:
-            try:
-                self.lib = _load_private(data, mode)
-            except OSError as e:      # valid file, but not loadable here: rebuild it
-                log.warning("relaxjax: cannot load a cached library (%s); compiling again", e)
+        if data is not None:          # a stored executable's own copy: no cache lookup
+            self.lib = _load_private(data, mode)
+        else:
+            parts = cache_key_parts(text)
+            data = cache.get("llvm", parts, ".so")
+            if data is not None:
+                try:
+                    self.lib = _load_private(data, mode)
+                except OSError as e:      # valid file, but not loadable here: rebuild it
+                    log.warning("relaxjax: cannot load a cached library (%s); compiling again", e)
         self.from_cache = self.lib is not None
         if self.lib is None:
             tm = target.pic_target_machine()
@@ -187,6 +210,7 @@ class SharedModule:
             data = target.link_shared(tm.emit_object(mod))
             cache.put("llvm", parts, data, ".so")
             self.lib = _load_private(data, mode)
+        self.data = data
         self.functions = {n: _SEGMENT(self.address(n)) for n in entry_names}
         # closed once no executable holds this module (see _ENGINES); glibc keeps it mapped
         # while a library loaded later still binds to its symbols
@@ -199,6 +223,9 @@ class SharedModule:
     def optimized(self) -> str:
         """The optimised module text (computed again when the library came from the cache)."""
         if self._optimized is None:
+            if self.text is None:
+                raise RuntimeError("the text of a library loaded from a stored executable is "
+                                   "unknown until the executable emits it again")
             with _LOCK:
                 self._optimized = str(_optimize(self.text, target.pic_target_machine()))
         return self._optimized
@@ -241,21 +268,46 @@ def _dlclose(handle: int) -> None:
 def cache_key_parts(text: str) -> tuple:
     """The persistent-cache key of an LLVM module's machine code: its text, the target
     (triple, CPU, features, llvmlite and LLVM versions) and how it is compiled and linked."""
-    return (text, target.target_id(), CODEGEN_VERSION, os.path.basename(target.linker()[0]))
+    return (text, *machine_code_key())
+
+
+def machine_code_key() -> tuple:
+    """What decides machine code besides the module text (see ``cache_key_parts``)."""
+    return (target.target_id(), CODEGEN_VERSION, os.path.basename(target.linker()[0]))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bool = False):
     """Compile once per distinct module text in this process: in memory with MCJIT, or
     (``native``) as a shared library through the persistent cache, whose symbols later
     libraries resolve when ``exports``."""
-    key = (native, hashlib.sha256(text.encode()).hexdigest())
+    key = (native, _digest(text))
     with _LOCK:
         cm = _ENGINES.get(key)
         if cm is None:
             if native:
                 _runtime_library()
-            cm = _ENGINES[key] = SharedModule(text, entry_names, exports) if native \
+            cm = _ENGINES[key] = SharedModule(text, entry_names, exports, digest=key[1]) if native \
                 else CompiledModule(text, entry_names)
+        elif cm.text is None:         # loaded from a stored executable: now its text is known
+            cm.text = text
+    return cm
+
+
+def load_shared(digest: str, data: bytes, entry_names: list) -> SharedModule:
+    """The shared library a stored executable kept (``data``, built from a module text whose
+    sha256 is ``digest``): the process's live copy of that module if there is one, else
+    ``data`` loaded as it is, with no LLVM work and no text (see ``SharedModule.text``)."""
+    key = (True, digest)
+    with _LOCK:
+        cm = _ENGINES.get(key)
+        if cm is None:
+            _runtime_library()
+            cm = _ENGINES[key] = SharedModule(None, entry_names, exports=False, data=data,
+                                              digest=digest)
     return cm
 
 

@@ -56,6 +56,19 @@ class HostOp:
     binding: Binding
 
 
+def python_library(b: Binding) -> bool:
+    """Whether a library call runs as a Python host call (else natively in a segment): by
+    the registration of its name, which a later registration may change."""
+    from ...library import BUILTIN, lookup
+    impl = lookup(b.callee.name)
+    cpu = impl.cpu
+    if cpu is BUILTIN or impl.cpu_native is not None:
+        return False
+    if cpu is None:
+        raise impl.missing("llvm", "cpu")
+    return True
+
+
 @dataclass
 class LibraryHostCall:
     """A ``call_library`` whose cpu implementation is a Python callable: its outputs are

@@ -27,7 +27,7 @@ from ...tir.index_checks import ERROR_RECORD
 from ..control_flow import ControlFlowRunner
 from .buffer_pool import POOL, _aligned_block
 from .runner_memory import POOL_MIN_BYTES
-from .engine import compile_llvm
+from .engine import compile_llvm, native_code
 from .host import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET, Segment
 
 _OBJ = ctypes.py_object
@@ -165,7 +165,12 @@ done:
   ret i64 0
 }}
 """
-        cm = compile_llvm(text, [])
+        # a shared library through the persistent cache where there is one: a warm process
+        # loads it rather than compiling it in memory
+        try:
+            cm = compile_llvm(text, [], native_code())
+        except (OSError, RuntimeError):       # no usable linker or loader
+            cm = compile_llvm(text, [])
         fn = _DRIVERS[bits] = (_DRIVER(cm.address("rj_loop_driver")), cm)
         return fn
 

@@ -1,7 +1,8 @@
 """The LLVM backend's executable: plan the host program (segments of kernel calls between
 host operations), emit its LLVM module, compile it (``engine``), and run calls through a
 generated Python function that sets up buffers (``runner_memory``) and calls each segment
-once."""
+once.  A built executable is stored whole in the persistent cache, and a later process
+loads it without planning or emitting (``stored``)."""
 from __future__ import annotations
 
 import ctypes
@@ -13,35 +14,23 @@ import numpy as np
 from ...errors import ShapeError
 from ...ir import Binding, Function, IRModule, Literal, Var, regions
 from ...lax.tir_interp import check_host
-from ...library import BUILTIN, lookup, read_only
+from ...library import lookup, read_only
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
-from . import runner_memory, target
+from . import runner_memory, stored
 from .buffer_pool import POOL
-from .engine import (_NATIVE_FAILED, _runtime_symbols, compile_llvm, kernel_code, log,
-                     module_with_kernels, native_code, set_num_threads)
+from .engine import (_NATIVE_FAILED, compile_llvm, kernel_code, log, module_with_kernels,
+                     native_code, prepare_process)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.families import families
 from ...tir.index_checks import ERROR_RECORD, index_error
-from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, check_object_layout
+from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, python_library
 from .native_loop import LLVMControlFlow
-
 
 
 def _region_executable(module: IRModule) -> "LLVMExecutable":
     return LLVMExecutable(module, region=True)
-
-
-def _python_library(b: Binding) -> bool:
-    """Whether a library call runs as a Python host call (else natively in a segment)."""
-    impl = lookup(b.callee.name)
-    cpu = impl.cpu
-    if cpu is BUILTIN or impl.cpu_native is not None:
-        return False
-    if cpu is None:
-        raise impl.missing("llvm", "cpu")
-    return True
 
 
 class LLVMExecutable(Executable):
@@ -52,27 +41,45 @@ class LLVMExecutable(Executable):
         # optimised; a function's own segments run once per call, a list of kernel and
         # library calls that LLVM's optimiser only makes slower to compile (optnone)
         self.region = region
-        target.init()
-        check_object_layout()
-        target.libmvec()
-        if not target.libgomp():
-            set_num_threads(1)
-        _runtime_symbols()
+        prepare_process()
         super().__init__(module)
         fn = self.fn
         self._plan(fn)
         self.native = native_code()
         if self.native:
             try:
-                self.llvm_ir = self._emit()
+                self._llvm_ir = self._emit()
             except (OSError, RuntimeError) as e:      # no usable linker or loader: MCJIT
                 _NATIVE_FAILED.append(e)
                 log.warning("relaxjax: shared-library code generation failed (%s); compiling in "
                             "memory without the persistent cache", e)
                 self.native = False
         if not self.native:
-            self.llvm_ir = self._emit()
+            self._llvm_ir = self._emit()
         self._run = self._make_runner()
+
+    # -- the persistent cache (see ``stored``) ----------------------------------------------
+    @staticmethod
+    def cache_key() -> tuple | None:
+        """What decides a stored executable besides the lowered module; None when
+        executables are not stored (in-memory code)."""
+        return stored.cache_key()
+
+    def to_cache(self) -> bytes | None:
+        """This executable as one persistent-cache payload, or None when it cannot be stored."""
+        return stored.dump(self)
+
+    @classmethod
+    def from_cache(cls, data: bytes) -> "LLVMExecutable":
+        """An executable from :meth:`to_cache`'s payload, without planning or emitting."""
+        return stored.load(cls, data)
+
+    @property
+    def llvm_ir(self) -> str:
+        """The LLVM module's text (emitted again on demand for a stored executable)."""
+        if self._llvm_ir is None:
+            self._llvm_ir = self._module_text()[0]
+        return self._llvm_ir
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, fn: Function) -> None:
@@ -101,7 +108,7 @@ class LLVMExecutable(Executable):
                 steps.append(HostOp(b))
                 if regions(b):          # control flow: its regions compile as executables
                     self.control[id(b)] = LLVMControlFlow(b, _region_executable)
-            elif b.kind == "library" and _python_library(b):
+            elif b.kind == "library" and python_library(b):
                 steps.append(LibraryHostCall(b))
             else:                       # (gather index checks run in the segment)
                 if not steps or not isinstance(steps[-1], Segment):
@@ -112,11 +119,10 @@ class LLVMExecutable(Executable):
         self.dim_names = dim_names
         self.dim_slot = {n: k for k, n in enumerate(dim_names)}
 
-    def _emit(self) -> str:
-        """Compile each distinct kernel once per process (its own LLVM module, named by a
-        hash of its text, so equal kernels in different functions share machine code), then
-        the segments that call them: in memory (MCJIT), or with ``self.native`` as shared
-        libraries through the persistent cache.  Returns the full LLVM IR text for inspection."""
+    def _module_text(self) -> tuple:
+        """The LLVM module of the executable's kernels (each distinct one once) and segments:
+        (its text, the segments with a status to check, the native library functions the
+        segments call by address: LLVM symbol -> address)."""
         kernels: dict = {}
         for seg in self.segments:
             for b in seg.calls:
@@ -133,35 +139,67 @@ class LLVMExecutable(Executable):
             codes[k] = kernel_code(f)
         syms = {k: c.symbol for k, c in codes.items()}
         parts, helpers = [], set()
-        self.fallible = set()           # segments with a status to check
-        in_memory = False               # native library functions are process addresses
+        fallible = set()                # segments with a status to check
+        natives: dict = {}
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region)
             parts.append(em.emit())
             helpers |= em.helpers_used
-            for sym, addr in em.natives.items():
-                llvm.add_symbol(sym, addr)
+            natives.update(em.natives)
             if em.natives or em.checked:
-                self.fallible.add(seg.name)
-            in_memory |= bool(em.natives)
+                fallible.add(seg.name)
         decls = {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
-        seg_text = module_with_kernels(list(codes.values()), decls, parts,
-                                       f"relaxjax kernels and host segments of {self.fn.name}")
+        text = module_with_kernels(list(codes.values()), decls, parts,
+                                   f"relaxjax kernels and host segments of {self.fn.name}")
+        return text, fallible, natives
+
+    def _emit(self) -> str:
+        """Emit the module and compile it: in memory (MCJIT), or with ``self.native`` as a
+        shared library through the persistent cache.  Returns its text, for inspection."""
+        text, self.fallible, natives = self._module_text()
+        for sym, addr in natives.items():
+            llvm.add_symbol(sym, addr)
         # native library functions are process addresses: such segments stay in memory (MCJIT)
-        self.segment_module = compile_llvm(seg_text, [s.name for s in self.segments],
-                                           self.native and not in_memory)
-        return seg_text
+        self.segment_module = compile_llvm(text, [s.name for s in self.segments],
+                                           self.native and not natives)
+        return text
 
     # -- running ---------------------------------------------------------------------------
-    def _make_runner(self):
-        """Generate the per-call Python: read dims, allocate, call segments, run host ops."""
+    def _runner_globals(self) -> dict:
+        """The generated runner's globals that live in this process: functions, the memory
+        closures, the segments' entry points, the constants."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
              "_host": self._host_op, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
-        self.pooling = runner_memory.POOLING      # read per build (tests switch it)
         self._stats = [0, 0, 0, 0, 0, None, None]
         self._tls = threading.local()
-        mem = self._memory = RunnerMemory(self, g) if self.pooling else None
+        self._memory = RunnerMemory(self, g) if self.pooling else None
+        for si, st in enumerate(self.steps):
+            if isinstance(st, Segment):
+                g[f"_seg{si}"] = self.segment_module.functions[st.name]
+        for k, c in self.consts.items():
+            g[f"_c{k}"] = c
+        return g
+
+    def _make_runner(self):
+        """Generate the per-call Python (``_runner_source``), compile it and bind it."""
+        self.pooling = runner_memory.POOLING      # read per build (tests switch it)
+        g = self._runner_globals()
+        self.python_source, self._runner_data = self._runner_source()
+        self._runner_code = compile(self.python_source, f"<relaxjax host {self.fn.name}>", "exec")
+        return self._bind_runner(g)
+
+    def _bind_runner(self, g: dict):
+        g.update(self._runner_data)
+        exec(self._runner_code, g)  # noqa: S102
+        return g["_rj_run"]
+
+    def _runner_source(self) -> tuple:
+        """The per-call Python: read dims, allocate, call segments, run host ops.  Returns
+        (source, the values it names that depend on nothing of the process: dtypes and
+        result constants)."""
+        data: dict = {}
+        mem = self._memory
         L = ["def _rj_run(D, arrays):"]
         names = self.dim_names
         local = {n: f"_d_{k}" for k, n in enumerate(names)}      # dims as Python locals
@@ -174,8 +212,7 @@ class LLVMExecutable(Executable):
         L.append(f"  _b = [None] * {len(self.slot_of)}")
         for k in range(len(self.fn.params)):
             L.append(f"  _b[{k}] = _asc(arrays[{k}])")
-        for k, c in self.consts.items():
-            g[f"_c{k}"] = c
+        for k in self.consts:
             L.append(f"  _b[{k}] = _c{k}")
         if mem is not None:
             L += mem.prologue(local)
@@ -185,7 +222,7 @@ class LLVMExecutable(Executable):
                     for v in b.outvars:
                         shape = ", ".join(_rename(d, local) for d in v.type.shape)
                         shape = f"({shape}{',' if len(v.type.shape) == 1 else ''})"
-                        g[f"_t{self.slot_of[v]}"] = v.type.dtype
+                        data[f"_t{self.slot_of[v]}"] = v.type.dtype
                         if mem is not None:
                             L += mem.allocate(v, shape, local)
                         else:
@@ -193,7 +230,6 @@ class LLVMExecutable(Executable):
                 if isinstance(st, LibraryHostCall):
                     L.append(f"  _lib({si}, _b, D)")
                     continue
-                g[f"_seg{si}"] = self.segment_module.functions[st.name]
                 if st.name in self.fallible:
                     L.append(f"  _r = _seg{si}(tuple(_b), _dims)")
                     L.append(f"  if _r: _liberr({si}, _r, _b, D, _dims)")
@@ -209,17 +245,15 @@ class LLVMExecutable(Executable):
             if isinstance(r, Var):
                 res.append(f"_b[{self.slot_of[r]}]")
             elif is_symbolic(r.value):
-                g[f"_rt{len(res)}"] = r.type.dtype
+                data[f"_rt{len(res)}"] = r.type.dtype
                 res.append(f"np.asarray({_rename(r.value, local)}, _rt{len(res)})")
             else:
-                g[f"_r{len(res)}"] = np.asarray(r.value, r.type.dtype)
+                data[f"_r{len(res)}"] = np.asarray(r.value, r.type.dtype)
                 res.append(f"_r{len(res)}")
         if mem is not None:
             L += mem.epilogue()
         L.append(f"  return [{', '.join(res)}]")
-        self.python_source = "\n".join(L)
-        exec(compile(self.python_source, f"<relaxjax host {self.fn.name}>", "exec"), g)  # noqa: S102
-        return g["_rj_run"]
+        return "\n".join(L), data
 
     def memory_stats(self, dims: dict | None = None) -> dict:
         """How calls use memory.  ``allocations_per_call``: NumPy allocations (intermediates
@@ -322,12 +356,19 @@ class LLVMExecutable(Executable):
         return self._run(dims, arrays)
 
     # -- inspection ------------------------------------------------------------------------
+    def _module_with_text(self):
+        """The compiled module, its text known (emitted again for a stored executable's)."""
+        m = self.segment_module
+        if m.text is None:
+            m.text = self.llvm_ir
+        return m
+
     def text_stages(self) -> dict:
-        modules = [self.segment_module]       # (the kernels are in it)
+        # (the kernels are in the one module)
         return {**super().text_stages(),
                 "llvm": lambda: self.llvm_ir,
-                "llvm-optimized": lambda: "\n\n".join(m.optimized for m in modules),
-                "asm": lambda: "\n\n".join(m.assembly() for m in modules),
+                "llvm-optimized": lambda: self._module_with_text().optimized,
+                "asm": lambda: self._module_with_text().assembly(),
                 "host": lambda: self.python_source}
 
 
@@ -338,7 +379,7 @@ def _segment_views(fn: Function) -> set:
     take the operand's slot, and the segments before and after it become one."""
     python_uses = {r for r in fn.results if isinstance(r, Var)}
     for b in fn.bindings:
-        if b.kind == "primitive" or (b.kind == "library" and _python_library(b)):
+        if b.kind == "primitive" or (b.kind == "library" and python_library(b)):
             python_uses.update(a for a in b.args if isinstance(a, Var))
     return {b for b in fn.bindings
             if b.kind == "primitive" and b.callee.name == "reshape" and not regions(b)

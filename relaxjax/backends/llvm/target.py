@@ -16,20 +16,27 @@ import llvmlite.binding as llvm
 
 @functools.lru_cache(maxsize=None)
 def init() -> None:
+    """LLVM's native target, for target machines (code generation).  Host queries, loading
+    libraries and loading compiled code need none: a warm process never pays for it."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
 
 
 @functools.lru_cache(maxsize=None)
 def host_features() -> frozenset:
-    init()
     feats = llvm.get_host_cpu_features()
     return frozenset(k for k, v in feats.items() if v)
 
 
+@functools.lru_cache(maxsize=None)
 def host_cpu() -> str:
-    init()
     return llvm.get_host_cpu_name()
+
+
+@functools.lru_cache(maxsize=None)
+def host_feature_string() -> str:
+    """The host's CPU features as LLVM's target-machine string ("+avx2,-avx512f,...")."""
+    return llvm.get_host_cpu_features().flatten()
 
 
 def vector_isa() -> str:
@@ -45,7 +52,7 @@ def vector_isa() -> str:
 def target_machine(reloc: str = "default"):
     init()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=host_cpu(), features=llvm.get_host_cpu_features().flatten(),
+    return target.create_target_machine(cpu=host_cpu(), features=host_feature_string(),
                                         opt=3, reloc=reloc, codemodel="jitdefault")
 
 
@@ -55,7 +62,7 @@ def pic_target_machine():
     given to an MCJIT engine, so it can be reused for every module."""
     init()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=host_cpu(), features=llvm.get_host_cpu_features().flatten(),
+    return target.create_target_machine(cpu=host_cpu(), features=host_feature_string(),
                                         opt=3, reloc="pic", codemodel="default")
 
 
@@ -63,9 +70,8 @@ def pic_target_machine():
 def target_id() -> tuple:
     """What decides the machine code besides the module text: triple, CPU, features, and the
     versions of llvmlite and LLVM (part of every persistent-cache key)."""
-    init()
     import llvmlite
-    return (llvm.get_default_triple(), host_cpu(), llvm.get_host_cpu_features().flatten(),
+    return (llvm.get_default_triple(), host_cpu(), host_feature_string(),
             llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)))
 
 
@@ -142,7 +148,6 @@ def _load(names: list) -> str | None:
 @functools.lru_cache(maxsize=None)
 def libmvec() -> bool:
     """glibc's vector math library; without it math stays scalar (correct, slower)."""
-    init()
     return _load(["libmvec.so.1", "mvec"]) is not None
 
 
@@ -150,7 +155,6 @@ def libmvec() -> bool:
 def libm() -> bool:
     """libm in the global symbol scope (Python links it; loaded again to be sure), so shared
     libraries of generated code resolve ``expf`` and friends from it."""
-    init()
     return _load(["libm.so.6", "m"]) is not None
 
 
@@ -160,7 +164,6 @@ def libgomp() -> bool:
     before sleeping, which starves OpenBLAS's own threads when a gemm follows a parallel
     kernel (a 64x512x2048 MLP block ran 5x slower on 2 cores); a short spin keeps the
     wake-up fast without that.  Set GOMP_SPINCOUNT yourself to override."""
-    init()
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
     return _load(["libgomp.so.1", "gomp"]) is not None
 
@@ -169,9 +172,8 @@ def libgomp() -> bool:
 def openblas() -> tuple[str, str] | None:
     """(library path, symbol prefix) of the OpenBLAS that NumPy ships, so generated code calls
     the same BLAS NumPy uses.  None when NumPy was built against another BLAS."""
-    init()
     for path in _openblas_candidates():
-        lib = ctypes.CDLL(path)
+        lib = _library(path)
         for prefix in ("scipy_cblas_", "cblas_"):
             for suffix in ("64_", ""):
                 if hasattr(lib, f"{prefix}sgemm{suffix}"):
@@ -180,19 +182,32 @@ def openblas() -> tuple[str, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _library(path: str) -> ctypes.CDLL:
+    return ctypes.CDLL(path)
+
+
 def _openblas_candidates():
-    """Paths that may hold NumPy's OpenBLAS: first the one NumPy has already mapped into this
-    process (reading /proc/self/maps costs well under a millisecond, where a recursive search
-    of site-packages cost 15 ms of every fresh process's first call), then a search."""
-    import numpy as np   # importing NumPy loads its BLAS
+    """Paths that may hold NumPy's OpenBLAS: first those of NumPy's library folders that this
+    process has already loaded (importing NumPy loads its BLAS; ``RTLD_NOLOAD`` asks the
+    loader without loading anything, a fraction of a millisecond where reading
+    /proc/self/maps took one and a recursive search of site-packages 15), then a search."""
+    import numpy as np
     roots = [os.path.realpath(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")),
              os.path.realpath(os.path.dirname(np.__file__))]
-    try:
-        with open("/proc/self/maps") as fh:
-            mapped = {line.split()[-1] for line in fh if "openblas" in line and ".so" in line}
-    except OSError:
-        mapped = set()
-    yield from sorted(p for p in mapped if any(p.startswith(r + os.sep) for r in roots))
+    for root in roots:
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for n in names:
+            if "openblas" in n and ".so" in n:
+                path = os.path.join(root, n)
+                try:
+                    ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
+                except OSError:
+                    continue
+                yield path
     for root in roots:
         yield from sorted(glob.glob(os.path.join(root, "**", "libscipy_openblas*.so*"), recursive=True))
 
@@ -205,7 +220,7 @@ def lapack_function(name: str) -> tuple[int, int] | None:
     if found is None:
         return None
     path, (prefix, suffix) = found
-    lib = ctypes.CDLL(path)
+    lib = _library(path)
     pre = prefix[:-len("cblas_")] if prefix.endswith("cblas_") else ""
     fn = getattr(lib, f"{pre}{name}_{suffix}" if suffix else f"{pre}{name}_", None)
     if fn is None:
@@ -221,5 +236,5 @@ def blas_function(name: str) -> int | None:
     if found is None:
         return None
     path, (prefix, suffix) = found
-    fn = getattr(ctypes.CDLL(path), f"{prefix}{name}{suffix}", None)
+    fn = getattr(_library(path), f"{prefix}{name}{suffix}", None)
     return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
