@@ -324,29 +324,29 @@ def test_dtypes():
 
 
 @pytest.mark.parametrize("source", ["numpy-openblas", "scipy"])
-def test_native_solve_on_either_lapack(source, monkeypatch):
+def test_native_solve_on_either_lapack(source):
     """The native linalg functions run on NumPy's OpenBLAS LAPACK (64-bit integers) when it
     has one, else on SciPy's (32-bit): both give NumPy's answer through the library ABI."""
     import ctypes
     from relaxjax.backends.llvm import lapack, target
     if source == "scipy":
         pytest.importorskip("scipy")
-        monkeypatch.setattr(lapack, "lapack_source", lambda: (32, lapack._scipy_routine))
-    elif target.lapack_function("dgetrf") is None:
-        pytest.skip("NumPy's BLAS exports no LAPACK")
-    lapack._compiled.cache_clear()
-    try:
-        fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_int64)(lapack.address("solve"))
-        rng = np.random.default_rng(7)
-        for n, k in [(1, 1), (3, 2), (17, 5)]:
-            a = rng.standard_normal((n, n)) + n * np.eye(n)
-            bt = rng.standard_normal((k, n))
-            xt = np.zeros((k, n))
-            data = (ctypes.c_void_p * 3)(a.ctypes.data, bt.ctypes.data, xt.ctypes.data)
-            shapes = (ctypes.c_int64 * 6)(n, n, k, n, k, n)
-            ndims = (ctypes.c_int64 * 3)(2, 2, 2)
-            assert fn(data, shapes, ndims, 3) == 0
-            np.testing.assert_allclose(xt, np.linalg.solve(a, bt.T).T, rtol=1e-10, atol=1e-12)
-    finally:
-        lapack._compiled.cache_clear()
+        bits, routine = 32, lapack._scipy_routine
+    else:
+        if target.lapack_function("dgetrf") is None:
+            pytest.skip("NumPy's BLAS exports no LAPACK")
+        bits, routine = 64, lambda r: target.lapack_function(r)[0]
+    module, address = lapack.build("solve", bits, routine)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_int64)(address)
+    rng = np.random.default_rng(7)
+    for n, k in [(1, 1), (3, 2), (17, 5)]:
+        a = rng.standard_normal((n, n)) + n * np.eye(n)
+        bt = rng.standard_normal((k, n))
+        xt = np.zeros((k, n))
+        data = (ctypes.c_void_p * 3)(a.ctypes.data, bt.ctypes.data, xt.ctypes.data)
+        shapes = (ctypes.c_int64 * 6)(n, n, k, n, k, n)
+        ndims = (ctypes.c_int64 * 3)(2, 2, 2)
+        assert fn(data, shapes, ndims, 3) == 0
+        np.testing.assert_allclose(xt, np.linalg.solve(a, bt.T).T, rtol=1e-10, atol=1e-12)
+    del module

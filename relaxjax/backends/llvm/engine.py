@@ -21,6 +21,7 @@ from ...tir import PrimFunc
 from . import mathlib, target
 from .codegen import KernelEmitter, helper_source
 from .host import check_object_layout
+from .irtypes import SEGMENT_OPTNONE
 
 # Process-wide knobs read by every kernel: thread count (0 = OpenMP's default) and the work
 # (elements touched) below which a kernel stays on the calling thread; and the BLAS functions
@@ -316,9 +317,8 @@ _KERNEL_EXTERNALS = ("@rj_num_threads = external global i32\n@rj_parallel_min_wo
 _KERNEL_DECLS = frozenset({"declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
                            "declare i32 @omp_get_num_threads()", "declare i64 @llvm.smax.i64(i64, i64)",
                            "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.readcyclecounter()"})
-SEGMENT_OPTNONE = "#2"        # a host segment LLVM neither optimises nor inlines into
 _ATTRIBUTES = ('attributes #0 = { nounwind }\nattributes #1 = { nounwind noinline "no-trapping-math"="true" }\n'
-               'attributes #2 = { noinline optnone }')
+               f'attributes {SEGMENT_OPTNONE} = {{ noinline optnone }}')
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from ...tir import INDEX, Const, from_sympy
 from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
-from .engine import SEGMENT_OPTNONE
-from .irtypes import llty
+from .irtypes import SEGMENT_OPTNONE, llty
 from . import target
 
 GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms

@@ -40,3 +40,8 @@ def fconst(v: float, ty: str) -> str:
 
 def suffix(ty: str) -> str:
     return {"half": "f16", "float": "f32", "double": "f64"}.get(ty, ty)
+
+
+# The attribute group of a host segment LLVM neither optimises nor inlines into (the
+# module's attribute definitions are ``engine._ATTRIBUTES``)
+SEGMENT_OPTNONE = "#2"

@@ -145,7 +145,7 @@ class _Fn(codegen_Fn):
 
     def lapack(self, routine: str, *args: str) -> None:
         assert len(args) == LAPACK[routine], routine
-        self.emit(f"call void @rj_lapack_{routine}({', '.join(f'ptr {a}' for a in args)})")
+        self.emit(f"call void @{_symbol(routine, self.lint_ty)}({', '.join(f'ptr {a}' for a in args)})")
 
     def check_info(self, info: str, cleanup, fail_status: int = FAIL) -> None:
         """Return ``fail_status`` when info > 0 and BAD_ARGUMENT when info < 0."""
@@ -375,7 +375,7 @@ def lapack_source() -> tuple[int, Callable[[str], int]]:
 
 def module_text(name: str, int_bits: int) -> str:
     """The LLVM module of native ``linalg.<name>`` for a LAPACK with ``int_bits`` integers."""
-    decls = [f"declare void @rj_lapack_{r}({', '.join(['ptr'] * n)})" for r, n in LAPACK.items()]
+    decls = [f"declare void @{_symbol(r, f'i{int_bits}')}({', '.join(['ptr'] * n)})" for r, n in LAPACK.items()]
     decls += ["declare ptr @malloc(i64)", "declare void @free(ptr)",
               "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
               "declare i64 @llvm.smax.i64(i64, i64)", "declare i64 @llvm.smin.i64(i64, i64)",
@@ -387,17 +387,29 @@ def module_text(name: str, int_bits: int) -> str:
 _LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(name: str):
-    """``linalg.<name>`` compiled (in memory: it calls LAPACK at this process's addresses),
-    each function on its first use only."""
+def _symbol(routine: str, lint_ty: str) -> str:
+    """The symbol generated code calls ``routine`` by: one per integer width, so a module
+    for the other LAPACK (a test's) never rebinds this process's."""
+    return f"rj_lapack_{lint_ty}_{routine}"
+
+
+def build(name: str, int_bits: int, routine: Callable[[str], int]):
+    """``(module, address)`` of ``linalg.<name>`` compiled (in memory: it calls LAPACK at
+    this process's addresses) against a LAPACK with ``int_bits`` integers whose routines
+    are at ``routine(r)``; the address is valid while the module is alive."""
     target.init()
-    bits, routine = lapack_source()
     with _LOCK:
         for r in LAPACK:
-            llvm.add_symbol(f"rj_lapack_{r}", routine(r))
-    cm = compile_llvm(module_text(name, bits), [])
+            llvm.add_symbol(_symbol(r, f"i{int_bits}"), routine(r))
+    cm = compile_llvm(module_text(name, int_bits), [])
     return cm, cm.engine.get_function_address(f"rj_linalg_{name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name: str):
+    """``linalg.<name>`` for this process's LAPACK, each function on its first use only (kept
+    for the process: library loaders hold its address)."""
+    return build(name, *lapack_source())
 
 
 def address(name: str) -> int:
