@@ -293,8 +293,21 @@ def test_linalg_inv_solve(dtype, n, batch, k, seed):
 
 
 def test_singular_complex_matrix_raises():
-    with pytest.raises(np.linalg.LinAlgError):
-        rj.jit(np.linalg.inv)(np.ones((3, 3), complex))
+    for b in BACKENDS:
+        with pytest.raises(np.linalg.LinAlgError):
+            rj.jit(np.linalg.inv, backend=b)(np.ones((3, 3), complex))
+        with pytest.raises(np.linalg.LinAlgError):
+            rj.jit(np.linalg.solve, backend=b)(np.ones((3, 3), complex), np.ones(3, complex))
+
+
+def test_complex_solve_and_inv_call_complex_lapack():
+    """Complex systems go to the complex library functions (zgetrf on the CPU) on packed
+    values, not to a real system of twice the size."""
+    a = np.eye(4, dtype=complex) * (2 + 1j)
+    for f, args, name in ((np.linalg.solve, (a, np.ones(4, complex)), "linalg.zsolve"),
+                          (np.linalg.inv, (a,), "linalg.zinv")):
+        text = rj.jit(f).lower(*args).compile().as_text("optimized")
+        assert f'"{name}"' in text and '"linalg.solve"' not in text, text
 
 
 # ---------------------------------------------------------------------------------------

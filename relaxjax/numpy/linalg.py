@@ -68,6 +68,19 @@ def _np_qr(a, q, r):
     q[...], r[...] = _np.linalg.qr(a)
 
 
+def _packed(x):
+    """A float64 (..., 2) array as the complex128 array it holds (no copy)."""
+    return x.view(_np.complex128)[..., 0]
+
+
+def _np_zsolve(a, bt, xt):
+    _packed(xt)[...] = _np.linalg.solve(_packed(a), _packed(bt).swapaxes(-1, -2)).swapaxes(-1, -2)
+
+
+def _np_zinv(a, out):
+    _packed(out)[...] = _np.linalg.inv(_packed(a))
+
+
 def _error(message):
     def error(status: int):
         if status == 1:
@@ -81,7 +94,10 @@ for _name, _impl, _nin, _nout, _msg in (
         ("inv", _np_inv, 1, 1, "Singular matrix"),
         ("det", _np_det, 1, 1, None),
         ("cholesky", _np_cholesky, 1, 1, "Matrix is not positive definite"),
-        ("qr", _np_qr, 1, 2, None)):
+        ("qr", _np_qr, 1, 2, None),
+        # complex128 as float64 pairs (a trailing dim of 2): zgetrf and friends
+        ("zsolve", _np_zsolve, 2, 1, "Singular matrix"),
+        ("zinv", _np_zinv, 1, 1, "Singular matrix")):
     register_library(f"linalg.{_name}", cpu=lazy(f"relaxjax.backends.llvm.lapack:{_name}"),
                      numpy=_impl, cuda=lazy(f"relaxjax.backends.cuda.library:{_name}"),
                      num_inputs=_nin, num_outputs=_nout, out_dtypes=[_F64] * _nout,
@@ -107,10 +123,12 @@ def solve(a, b):
     is a vector only when it is 1-D); batch dims broadcast."""
     a, b = arr(a), arr(b)
     _square(a, "solve", "a")
-    if _complex.is_complex_call(a, b):
-        return _complex.solve(a, b, solve)
-    rt = _result_dtype("solve", a, b)
-    a, b = cast(a, _F64), cast(b, _F64)
+    cplx = _complex.is_complex_call(a, b)
+    if cplx:
+        rt, work = _complex.result_dtype(a, b), _complex.C128
+    else:
+        rt, work = _result_dtype("solve", a, b), _F64
+    a, b = cast(a, work), cast(b, work)
     sa, sb = shape(a), shape(b)
     n = sa[-1]
     if len(sb) == 0:
@@ -126,7 +144,11 @@ def solve(a, b):
         batch = _broadcast_batch("solve", tuple(sa[:-2]), tuple(sb[:-2]))
         bt = swapaxes(broadcast_to(b, batch + (n, k)), -1, -2)
     a = broadcast_to(a, batch + (n, n))
-    xt = call_library("linalg.solve", a, bt, out=_struct(batch + (k, n)))
+    if cplx:
+        xt = _complex.unpack(call_library("linalg.zsolve", _complex.pack(a), _complex.pack(bt),
+                                          out=_struct(batch + (k, n, 2))))
+    else:
+        xt = call_library("linalg.solve", a, bt, out=_struct(batch + (k, n)))
     x = reshape(xt, batch + (n,)) if len(sb) == 1 else swapaxes(xt, -1, -2)
     return cast(x, rt)
 
@@ -136,7 +158,9 @@ def inv(a):
     a = arr(a)
     _square(a, "inv", "a")
     if _complex.is_complex_call(a):
-        return _complex.inv(a, solve)
+        rt = _complex.result_dtype(a)
+        a = _complex.pack(cast(a, _complex.C128))
+        return cast(_complex.unpack(call_library("linalg.zinv", a, out=_struct(shape(a)))), rt)
     rt = _result_dtype("inv", a)
     a = cast(a, _F64)
     return cast(call_library("linalg.inv", a, out=_struct(shape(a))), rt)

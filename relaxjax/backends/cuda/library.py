@@ -52,6 +52,23 @@ def inv(a, out):
         out[...] = cupy.linalg.inv(a)
 
 
+def _packed(x):
+    """A float64 (..., 2) array as the complex128 array it holds (no copy)."""
+    return x.view("complex128")[..., 0]
+
+
+def zsolve(a, bt, xt):
+    import cupy
+    with _raising():
+        _packed(xt)[...] = cupy.linalg.solve(_packed(a), _packed(bt).swapaxes(-1, -2)).swapaxes(-1, -2)
+
+
+def zinv(a, out):
+    import cupy
+    with _raising():
+        _packed(out)[...] = cupy.linalg.inv(_packed(a))
+
+
 def det(a, out):
     import cupy
     out[...] = cupy.linalg.det(a)

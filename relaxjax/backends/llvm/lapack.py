@@ -26,6 +26,7 @@ from .engine import compile_llvm
 
 LAPACK = {   # routine -> number of (pointer) arguments
     "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgelqf": 8, "dorglq": 9,
+    "zgetrf": 6, "zgetrs": 9, "zgetri": 7,
 }
 WORK_PER_ROW = 64       # workspace (doubles) per matrix row: room for LAPACK's blocked code
 FAIL = 1                # status: the matrix is singular / not positive definite
@@ -98,14 +99,15 @@ class _Fn(codegen_Fn):
         p = self.v("ptr", f"getelementptr i64, ptr %ndims, i64 {k}")
         return self.v("i64", f"load i64, ptr {p}")
 
-    def matrices(self, nargs_before: int = 0):
+    def matrices(self, nargs_before: int = 0, trailing: int = 0):
         """For array ``nargs_before`` (whose dims start after the earlier arrays' dims):
-        (batch size: the product of all but the last two dims, offset of its last two dims)."""
+        (batch size: the product of all but the last two dims, offset of its last two dims);
+        ``trailing`` dims after the matrix's two (a complex value's packed pair) apart."""
         off = "0"
         for k in range(nargs_before):
             off = self.v("i64", f"add i64 {off}, {self.ndim(k)}")
         rank = self.ndim(nargs_before)
-        nb = self.v("i64", f"sub i64 {rank}, 2")
+        nb = self.v("i64", f"sub i64 {rank}, {2 + trailing}")
         acc = self.alloca("i64")
         self.emit(f"store i64 1, ptr {acc}")
 
@@ -115,9 +117,9 @@ class _Fn(codegen_Fn):
         self.loop(nb, mul)
         return self.v("i64", f"load i64, ptr {acc}"), self.v("i64", f"add i64 {off}, {nb}")
 
-    def last2(self, nargs_before: int = 0):
+    def last2(self, nargs_before: int = 0, trailing: int = 0):
         """(batch size, rows, cols) of array ``nargs_before``."""
-        B, off = self.matrices(nargs_before)
+        B, off = self.matrices(nargs_before, trailing)
         return B, self.shape(off), self.shape(self.v("i64", f"add i64 {off}, 1"))
 
     def data(self, k: int) -> str:
@@ -170,14 +172,16 @@ def _free(f: _Fn, *ptrs: str):
     return cleanup
 
 
-def _solve(int_bits: int) -> str:
+def _solve(int_bits: int, complex_: bool = False) -> str:
     """(a: (..., n, n), bt: (..., k, n)) -> xt: (..., k, n), ``xt = solve(a, bt.mT).mT``
-    (the same batch dims)."""
-    f = _Fn("rj_linalg_solve", int_bits)
+    (the same batch dims).  ``complex_``: complex128 values packed as float64 pairs (a
+    trailing dim of 2, complex128's own layout), solved by zgetrf/zgetrs."""
+    w, p = (2, "z") if complex_ else (1, "d")
+    f = _Fn("rj_linalg_zsolve" if complex_ else "rj_linalg_solve", int_bits)
     a, bt, xt = f.data(0), f.data(1), f.data(2)
-    B, n, _ = f.last2(0)
-    _, k, _ = f.last2(1)
-    nn, kn = f.mul(n, n), f.mul(k, n)
+    B, n, _ = f.last2(0, w - 1)
+    _, k, _ = f.last2(1, w - 1)
+    nn, kn = f.mul(n, n, str(w)), f.mul(k, n, str(w))          # doubles per matrix
     lu = f.malloc(f.mul(f.max1(nn), "8"))
     ipiv = f.malloc(f.mul(f.max1(n), f.lint_bytes))
     f.memcpy(xt, bt, f.mul(B, kn))
@@ -186,9 +190,9 @@ def _solve(int_bits: int) -> str:
 
     def body(i):
         f.memcpy(lu, f.at(a, f.mul(i, nn)), nn)
-        f.lapack("dgetrf", pn, pn, lu, ld, ipiv, info)
+        f.lapack(p + "getrf", pn, pn, lu, ld, ipiv, info)
         f.check_info(info, cleanup)
-        f.lapack("dgetrs", trans, pn, pk, lu, ld, ipiv, f.at(xt, f.mul(i, kn)), ld, info)
+        f.lapack(p + "getrs", trans, pn, pk, lu, ld, ipiv, f.at(xt, f.mul(i, kn)), ld, info)
         f.check_info(info, cleanup)
     f.loop(B, body)
     cleanup()
@@ -196,25 +200,26 @@ def _solve(int_bits: int) -> str:
     return f.text()
 
 
-def _inv(int_bits: int) -> str:
+def _inv(int_bits: int, complex_: bool = False) -> str:
     """a: (..., n, n) -> (..., n, n).  getrf + getri on A^T give (A^T)^-1 = (A^-1)^T, which
-    read row-major is A^-1."""
-    f = _Fn("rj_linalg_inv", int_bits)
+    read row-major is A^-1.  ``complex_``: packed complex128 (see ``_solve``)."""
+    w, p = (2, "z") if complex_ else (1, "d")
+    f = _Fn("rj_linalg_zinv" if complex_ else "rj_linalg_inv", int_bits)
     a, out = f.data(0), f.data(1)
-    B, n, _ = f.last2(0)
-    nn = f.mul(n, n)
+    B, n, _ = f.last2(0, w - 1)
+    nn = f.mul(n, n, str(w))
     f.memcpy(out, a, f.mul(B, nn))
     lwork = f.mul(f.max1(n), str(WORK_PER_ROW))
     ipiv = f.malloc(f.mul(f.max1(n), f.lint_bytes))
-    work = f.malloc(f.mul(lwork, "8"))
+    work = f.malloc(f.mul(lwork, str(8 * w)))
     pn, ld, pl, info = f.lint(n), f.lint(f.max1(n)), f.lint(lwork), f.alloca(f.lint_ty)
     cleanup = _free(f, ipiv, work)
 
     def body(i):
-        p = f.at(out, f.mul(i, nn))
-        f.lapack("dgetrf", pn, pn, p, ld, ipiv, info)
+        q = f.at(out, f.mul(i, nn))
+        f.lapack(p + "getrf", pn, pn, q, ld, ipiv, info)
         f.check_info(info, cleanup)
-        f.lapack("dgetri", pn, p, ld, ipiv, work, pl, info)
+        f.lapack(p + "getri", pn, q, ld, ipiv, work, pl, info)
         f.check_info(info, cleanup)
     f.loop(B, body)
     cleanup()
@@ -348,7 +353,8 @@ def _qr(int_bits: int) -> str:
     return f.text()
 
 
-FUNCTIONS = {"solve": _solve, "inv": _inv, "det": _det, "cholesky": _cholesky, "qr": _qr}
+FUNCTIONS = {"solve": _solve, "inv": _inv, "det": _det, "cholesky": _cholesky, "qr": _qr,
+             "zsolve": lambda bits: _solve(bits, True), "zinv": lambda bits: _inv(bits, True)}
 
 
 def _scipy_routine(routine: str) -> int:
@@ -421,4 +427,5 @@ def _loader(name):
     return loader(lambda: address(name))
 
 
-solve, inv, det, cholesky, qr = (_loader(n) for n in ("solve", "inv", "det", "cholesky", "qr"))
+solve, inv, det, cholesky, qr, zsolve, zinv = (
+    _loader(n) for n in ("solve", "inv", "det", "cholesky", "qr", "zsolve", "zinv"))
