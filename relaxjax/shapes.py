@@ -559,12 +559,11 @@ class ShapeEnv:
         self._decided.clear()
         if op == "==":
             if isinstance(a, sympy.Symbol) and isinstance(b, (sympy.Symbol, int)):
-                d = (a, b)       # the common guard (two dims equal): no SymPy arithmetic
+                self._equate_symbol(a, b)    # the common guard: no SymPy arithmetic
             elif isinstance(b, sympy.Symbol) and isinstance(a, int):
-                d = (b, a)
+                self._equate_symbol(b, a)
             else:
-                d = normalize(sympy.expand(sympy.sympify(a) - b))
-            self._substitute(d)
+                self._substitute(normalize(sympy.expand(sympy.sympify(a) - b)))
         elif op in (">=", ">", "<=", "<"):
             self._tighten(op, a, b)
 
@@ -591,21 +590,21 @@ class ShapeEnv:
             hi = min(hi, rest)
         self.bounds[sym] = (lo, hi)
 
-    def _substitute(self, d) -> None:
-        """After proving ``d == 0``, eliminate its newest symbol of coefficient +-1.  ``d``
-        may also be a pair ``(symbol, symbol or int)`` meaning ``symbol - other``."""
+    def _equate_symbol(self, s, other) -> None:
+        """``_substitute(s - other)`` for a symbol ``s`` and a symbol or int ``other``."""
+        order = {x: i for i, x in enumerate(self.values)}
+        if isinstance(other, sympy.Symbol) and other in order and \
+                other not in self.data_dependent and \
+                (s not in order or s in self.data_dependent or order[other] > order[s]):
+            s, other = other, s                                # eliminate the newer symbol
+        if s in order and s not in self.data_dependent:
+            self._eliminate(s, other)
+
+    def _substitute(self, d: Dim) -> None:
+        """After proving ``d == 0``, eliminate its newest symbol of coefficient +-1."""
         if isinstance(d, int):
             return
         order = {s: i for i, s in enumerate(self.values)}
-        if isinstance(d, tuple):
-            s, other = d
-            if isinstance(other, sympy.Symbol) and other in order and \
-                    other not in self.data_dependent and \
-                    (s not in order or s in self.data_dependent or order[other] > order[s]):
-                s, other = other, s                            # eliminate the newer symbol
-            if s in order and s not in self.data_dependent:
-                self._eliminate(s, other)
-            return
         cands = [s for s in d.free_symbols if s in order and s not in self.data_dependent]
         for s in sorted(cands, key=lambda s: -order[s]):
             if not d.is_polynomial(s) or sympy.degree(d, s) != 1:

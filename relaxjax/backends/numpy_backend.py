@@ -188,11 +188,8 @@ class _FunctionInterp:
         D: dict = dict(outer) if outer else {}
         for name, k, ax in self._param_binders:
             D[name] = arrays[k].shape[ax]
-        todo = list(self._solve)            # dims only seen inside expressions (2 * n)
-        if outer:
-            for s in [s for s in todo if s.name in outer]:
-                D[s.name] = outer[s.name]
-                todo.remove(s)
+        # dims only seen inside expressions (2 * n) the caller does not give: solved for
+        todo = [s for s in self._solve if not outer or s.name not in outer]
         while todo:
             s = next((s for s in todo if self._solve_dim(s, D, arrays)), None)
             if s is None:

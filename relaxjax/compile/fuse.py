@@ -24,8 +24,8 @@ for a matmul group.  A group the loop builder cannot express is left unfused.
 from __future__ import annotations
 
 
-from ..ir import Binding, Function, IRModule, Literal, Var
-from ..shapes import ShapeEnv, free_symbols, is_symbolic, prod
+from ..ir import Binding, Function, IRModule, Var
+from ..shapes import ShapeEnv, prod
 from ..tir.analysis import classify_primfunc
 from .fuse_tir import FusionError, fused_primfunc
 from .passes import Pass

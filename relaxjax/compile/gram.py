@@ -17,7 +17,7 @@ import numpy as np
 from ..ir import Binding, TensorType, Var
 from .. import tir
 from ..tir import Buffer, Load, PrimFunc, Store, from_sympy, op
-from ..tir.visit import map_expr
+from ..tir.visit import map_expr, map_stmt_exprs
 from .lowering import default_loop_kinds
 
 # (dtype, which operand is transposed) -> the library function: "nt" is A @ A.T, "tn" A.T @ A
@@ -59,25 +59,7 @@ def read_lower_triangle(f: PrimFunc, buf: Buffer) -> None:
             return Load(buf, (op("max", i, j), op("min", i, j)))
         return e
 
-    todo = [f.body]
-    while todo:
-        s = todo.pop()
-        if isinstance(s, tir.Seq):
-            todo.extend(s.stmts)
-        elif isinstance(s, tir.For):
-            s.start, s.extent = map_expr(s.start, fix), map_expr(s.extent, fix)
-            todo.append(s.body)
-        elif isinstance(s, tir.If):
-            s.cond = map_expr(s.cond, fix)
-            todo += [s.then] + ([s.else_] if s.else_ is not None else [])
-        elif isinstance(s, Store):
-            s.index = tuple(map_expr(i, fix) for i in s.index)
-            s.value = map_expr(s.value, fix)
-        elif isinstance(s, (tir.Local, tir.Assign)):
-            if isinstance(s, tir.Local):
-                s.init = map_expr(s.init, fix)
-            else:
-                s.value = map_expr(s.value, fix)
+    f.body = map_stmt_exprs(f.body, lambda e: map_expr(e, fix))
 
 
 def mirror_program(t: TensorType, name: str) -> PrimFunc:

@@ -42,11 +42,15 @@ def _matvec(b: Binding):
     return None
 
 
-def _dependents(fn: Function, start: int) -> set:
+def _reads(b: Binding, values: set) -> bool:
+    return any(isinstance(a, Var) and a in values for a in b.args)
+
+
+def _dependents(bindings: list, start: int) -> set:
     """Values computed from binding ``start``'s results."""
-    tainted = set(fn.bindings[start].outvars)
-    for b in fn.bindings[start + 1:]:
-        if any(isinstance(a, Var) and a in tainted for a in b.args):
+    tainted = set(bindings[start].outvars)
+    for b in bindings[start + 1:]:
+        if _reads(b, tainted):
             tainted.update(b.outvars)
     return tainted
 
@@ -103,16 +107,14 @@ def _pair_up(fn: Function, programs: dict) -> Function:
             if other is None:
                 seen.setdefault((id(A), side), idx)
                 continue
-            cur = Function(fn.name, fn.params, fn.param_names, bindings, fn.results, fn.bounds,
-                           fn.guards, fn.attrs)
             first = bindings[other]
-            tainted = _dependents(cur, other)
-            if any(isinstance(v, Var) and v in tainted for v in b.args):
+            tainted = _dependents(bindings, other)
+            if _reads(b, tainted):
                 continue                   # the later product reads the earlier one's result
             # what reads the earlier result moves after the pair; the rest stays before it
             between = bindings[other + 1:idx]
-            later = [c for c in between if any(isinstance(v, Var) and v in tainted for v in c.args)]
-            before = [c for c in between if not any(isinstance(v, Var) and v in tainted for v in c.args)]
+            later = [c for c in between if _reads(c, tainted)]
+            before = [c for c in between if not _reads(c, tainted)]
             right, left = (first, b) if side == "left" else (b, first)
             x = right.args[1]
             y = left.args[0]

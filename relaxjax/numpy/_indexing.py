@@ -35,15 +35,22 @@ def _index_bound(v, d, step_positive: bool, what: str):
     # (``x[:100]``, ``x[-3:]``) stays clamped: one trace serves every size.
     guard = is_symbolic(v)
     if nonneg:
-        if e.try_prove("<=", v, hi) or (guard and not e.try_prove(">=", v, hi) and e.can_guard(v, hi)
-                                          and e.decide("<=", v, hi, f"slice {what}")):
-            return v
-        return hi if e.try_prove(">=", v, hi) or (guard and e.can_guard(v, hi)) else dmin(v, hi)
-    w = normalize(d + v)
-    if e.try_prove(">=", w, lo) or (guard and not e.try_prove("<=", w, lo) and e.can_guard(w, lo)
-                                      and e.decide(">=", w, lo, f"slice {what}")):
-        return w
-    return lo if e.try_prove("<=", w, lo) or (guard and e.can_guard(w, lo)) else dmax(w, lo)
+        return _clamp(v, hi, True, guard, what)
+    return _clamp(normalize(d + v), lo, False, guard, what)
+
+
+def _clamp(v, bound, upper: bool, guard: bool, what: str):
+    """``v`` clamped to at most (``upper``) or at least ``bound``: by proof, else (``guard``,
+    automatic mode) by a guard on the side it is on, else as a Min/Max."""
+    e = env()
+    inside, outside = ("<=", ">=") if upper else (">=", "<=")
+    if e.try_prove(inside, v, bound):
+        return v
+    if e.try_prove(outside, v, bound):
+        return bound
+    if guard and e.can_guard(v, bound):
+        return v if e.decide(inside, v, bound, f"slice {what}") else bound
+    return dmin(v, bound) if upper else dmax(v, bound)
 
 
 def _sub(a, b):

@@ -22,8 +22,8 @@ from typing import Callable
 import sympy
 
 from .index_checks import data_index_checks
-from .nodes import INDEX, Assign, Buffer, Const, For, If, Local, Op, PrimFunc, Seq, Store, Var
-from .visit import map_expr, walk_expr
+from .nodes import INDEX, Buffer, Const, Op, PrimFunc, Var
+from .visit import map_expr, map_stmt_exprs, walk_expr
 
 LIFTED = "_k"                       # lifted constants are the dims _k<position>
 _NOT_LIFTED = frozenset({"floor_div", "rem"})   # their second operand stays a number
@@ -60,7 +60,6 @@ def template(f: PrimFunc, lift: frozenset | None = None) -> tuple[PrimFunc, list
             else:
                 shape.append(d)
         params.append(Buffer(b.name, tuple(shape), b.dtype))
-    by_name = {b.name: nb for b, nb in zip(f.params, params)}
 
     def const(e):
         if isinstance(e, Const) and e.dtype == INDEX and int(e.value) >= 0:
@@ -76,34 +75,13 @@ def template(f: PrimFunc, lift: frozenset | None = None) -> tuple[PrimFunc, list
                 kept.add(id(x.args[1]))
         return map_expr(e, lambda x: x if id(x) in kept else const(x))
 
-    body = _map_stmt(f.body, expr)
+    body = map_stmt_exprs(f.body, expr)
     out = dataclasses.replace(f, params=params, dim_vars=list(f.dim_vars) + dims, body=body)
     return out, values
 
 
 def _ops(e):
     return (x for x in walk_expr(e) if isinstance(x, Op))
-
-
-def _map_stmt(s, expr: Callable):
-    """``s`` rebuilt with ``expr`` applied to each of its expressions, in pre-order."""
-    if isinstance(s, Seq):
-        return Seq([_map_stmt(x, expr) for x in s.stmts])
-    if isinstance(s, For):
-        start, extent = expr(s.start), expr(s.extent)
-        return For(s.var, extent, s.kind, _map_stmt(s.body, expr), start)
-    if isinstance(s, Store):
-        index = tuple(expr(i) for i in s.index)
-        return Store(s.buffer, index, expr(s.value))
-    if isinstance(s, Local):
-        return Local(s.var, expr(s.init))
-    if isinstance(s, Assign):
-        return Assign(s.var, expr(s.value))
-    if isinstance(s, If):
-        cond = expr(s.cond)
-        then = _map_stmt(s.then, expr)
-        return If(cond, then, None if s.else_ is None else _map_stmt(s.else_, expr))
-    raise TypeError(f"unknown statement {type(s).__name__}")
 
 
 def families(funcs: list, code_key: Callable[[PrimFunc], str]) -> dict:

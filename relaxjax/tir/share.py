@@ -11,7 +11,7 @@ inlining and vectorization look for).
 """
 from __future__ import annotations
 
-from .nodes import Assign, Expr, For, If, Load, Local, Op, Seq, Stmt, Store, Var, fresh
+from .nodes import Assign, For, If, Load, Local, Op, Seq, Stmt, Store, fresh
 from .visit import LAZY_OPS, expr_children, _rebuild
 
 TREE_BUDGET = 4096

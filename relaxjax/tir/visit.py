@@ -9,6 +9,7 @@ statements and expressions shares, so that none writes its own recursion over ``
 * ``walk_stmts_scoped(s)``: every statement with the loops enclosing it;
 * ``map_expr(e, fn)``: rebuild an expression bottom-up, ``fn`` sees every node after its
   operands were rebuilt and returns its replacement;
+* ``map_stmt_exprs(s, fn)``: rebuild statements with ``fn`` applied to each expression;
 * ``StmtVisitor``: one ``visit_<Node>`` method per statement kind to override (like
   ``ast.NodeVisitor``), for analyses and code emitters.
 """
@@ -90,6 +91,28 @@ def map_expr(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     return done[0]
 
 
+def map_stmt_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
+    """``s`` rebuilt with ``fn`` applied to each expression of each statement, statements in
+    pre-order and each one's expressions in ``stmt_exprs``' order."""
+    if isinstance(s, Seq):
+        return Seq([map_stmt_exprs(x, fn) for x in s.stmts])
+    if isinstance(s, For):
+        start, extent = fn(s.start), fn(s.extent)
+        return For(s.var, extent, s.kind, map_stmt_exprs(s.body, fn), start)
+    if isinstance(s, Store):
+        index = tuple(fn(i) for i in s.index)
+        return Store(s.buffer, index, fn(s.value))
+    if isinstance(s, Local):
+        return Local(s.var, fn(s.init))
+    if isinstance(s, Assign):
+        return Assign(s.var, fn(s.value))
+    if isinstance(s, If):
+        cond = fn(s.cond)
+        then = map_stmt_exprs(s.then, fn)
+        return If(cond, then, None if s.else_ is None else map_stmt_exprs(s.else_, fn))
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
 def stmt_children(s: Stmt) -> tuple:
     """The statements directly inside ``s``."""
     if isinstance(s, Seq):
@@ -161,6 +184,6 @@ class StmtVisitor:
             self.visit(c)
 
 
-__all__ = ["expr_children", "walk_expr", "LAZY_OPS", "walk_expr_guarded", "map_expr",
+__all__ = ["expr_children", "walk_expr", "LAZY_OPS", "walk_expr_guarded", "map_expr", "map_stmt_exprs",
            "stmt_children", "stmt_exprs", "walk_stmts", "walk_stmts_scoped", "walk", "loads",
            "StmtVisitor"]

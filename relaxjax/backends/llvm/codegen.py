@@ -94,8 +94,6 @@ class KernelEmitter:
     def _body_fn(self, name, params, parallel) -> str:
         fn = self.fn = _Fn()
         self.env: dict = {d: f"%d{k}" for k, d in enumerate(self.f.dim_vars)}
-        self.nonneg_vars = set(self.f.dim_vars)
-        self._nonneg_memo = {}
         self.locals: dict = {}
         self.strides: dict = {}
         for b in self.f.params:
