@@ -407,7 +407,9 @@ class Jitted:
         def build(pipeline):
             backend = get_backend(backend_name)
             if pipeline is None:
-                pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True))
+                pipeline = default_pipeline(
+                    lower=getattr(backend, "runs_loops", True),
+                    pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False))
                 lowered, exe = build_cached(module, pipeline, backend_name, backend)
             else:
                 if split_complex not in pipeline and has_complex(module):

@@ -106,13 +106,13 @@ def test_generators_are_recomputed_in_every_region_that_uses_them():
         i = rnp.arange(x.shape[0])
         z = rnp.zeros(x.shape[0])
 
-        def body(k, acc):
-            return acc + np.where(i == k, x, z)
+        def body(k, acc):            # (reversed: not pointwise, so it stays a loop body)
+            return acc[::-1] + np.where(i == k, x, z)
         return fori_loop(0, 3, body, 0.0 * x)
     x = np.arange(6.0)
     want = 0.0 * x
     for k in range(3):
-        want = want + np.where(np.arange(6) == k, x, 0.0)
+        want = want[::-1] + np.where(np.arange(6) == k, x, 0.0)
     for b in BACKENDS:
         assert_same(rj.jit(f, backend=b)(x), want)
     text = _program_text(f, x, stage="optimized")

@@ -179,6 +179,9 @@ def _concatenate(name, idx, reads, in_types, out_type, *, axis):
         j = list(idx)
         j[axis] = idx[axis] - from_sympy(offsets[k])
         return reads[k](j)
+    if isinstance(idx[axis], Const) and all(o.is_Integer for o in offsets):
+        # a known position reads its part alone (a complex value's re/im pair per point)
+        return part(max(k for k, o in enumerate(offsets) if int(o) <= idx[axis].value))
     expr = part(len(reads) - 1)
     for k in range(len(reads) - 2, -1, -1):     # lazy branches: only the taken input is read
         expr = op("if_then_else", op("lt", idx[axis], from_sympy(offsets[k + 1])), part(k), expr,
@@ -302,7 +305,6 @@ def scatter_loops(x_type, idx_type, reads: list[Reader], out: tir.Buffer, *, axi
                          lambda idx: Store(out, tuple(idx), reads[0](idx)),
                          default_loop_kinds(len(shape)), taken)
     d = from_sympy(shape[axis])
-    r = idx_type.ndim
     post = [from_sympy(e) for e in shape[axis + 1:]]
     combine = None if mode == "set" else SCATTER_COMBINE[mode][dt.is_bool(out.dtype)]
 

@@ -60,20 +60,23 @@ def cdiv(a: Parts, b: Parts) -> Parts:
 
 
 def hypot(x, y):
-    """|x + iy| without overflow or underflow: ``sqrt(x^2 + y^2)`` where that sum is a
-    finite normal number (as accurate as libm's hypot there), else scaled by the larger
-    part; an infinite part gives inf even against NaN, as C's hypot."""
+    """|x + iy| without overflow or underflow, with one square root and no division:
+    ``sqrt(x^2 + y^2)``, the parts first scaled by an exact power of two when the larger one
+    is so large or small that the sum of squares would overflow or lose bits (as accurate
+    as libm's hypot, and the plain formula's result wherever that one is safe); an infinite
+    part gives inf even against NaN, as C's hypot."""
     info = np.finfo(x.dtype)
+    lim = min(info.maxexp - 1, -info.minexp) // 2 - 4     # |part| <= 2**lim: squares are safe
+    k = 2 * lim - 8                                       # brings any finite part within it
     ax, ay = _abs(x), _abs(y)
-    s = _add(_mul(x, x), _mul(y, y))
-    plain = _bind("sqrt", s)
-    ok = _and(_bind("ge", s, _c(s, info.tiny)), _bind("is_finite", s))
-    big, small = _bind("max", ax, ay), _bind("min", ax, ay)
-    nz = _eq(big, _c(big, 0))
-    ratio = _div(small, _sel(nz, _c(big, 1), big))
-    scaled = _sel(nz, _c(big, 0), _mul(big, _bind("sqrt", _add(_mul(ratio, ratio), _c(ratio, 1)))))
+    big = _bind("max", ax, ay)
+    large, tiny = _bind("gt", big, _c(big, 2.0 ** lim)), _bind("lt", big, _c(big, 2.0 ** -lim))
+    down = _sel(large, _c(x, 2.0 ** -k), _sel(tiny, _c(x, 2.0 ** k), _c(x, 1)))
+    up = _sel(large, _c(x, 2.0 ** k), _sel(tiny, _c(x, 2.0 ** -k), _c(x, 1)))
+    xs, ys = _mul(x, down), _mul(y, down)
+    r = _mul(_bind("sqrt", _add(_mul(xs, xs), _mul(ys, ys))), up)
     inf = _or(_bind("is_inf", ax), _bind("is_inf", ay))
-    return _sel(inf, _c(x, np.inf), _sel(ok, plain, scaled))
+    return _sel(inf, _c(x, np.inf), r)
 
 
 def signbit(x):

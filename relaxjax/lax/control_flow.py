@@ -23,7 +23,7 @@ import optree
 from .. import dtypes as dt
 from ..core import Primitive, Tracer, TraceContext, current_trace, find_trace
 from ..errors import ShapeError
-from ..ir import IRModule, Literal, TensorType, Var
+from ..ir import IRModule, TensorType
 from ..shapes import SymbolicDim, dim_str, is_symbolic
 from .complex_parts import packed
 from .elementwise import convert, ne

@@ -35,6 +35,8 @@ def _region_executable(module: IRModule) -> "LLVMExecutable":
 
 class LLVMExecutable(Executable):
     backend = "llvm"
+    # jit's pipeline runs a pointwise fori_loop as one program stepping cache-sized tiles
+    pointwise_loops_in_cache = True
 
     def __init__(self, module: IRModule, region: bool = False):
         # a region (a loop body, a branch) runs its segments many times per call: they are
