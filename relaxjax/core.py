@@ -41,6 +41,8 @@ class Primitive:
       each complex operand comes as a :class:`~relaxjax.lax.complex_parts.Parts` (real and
       imaginary tracers), each real one as a tracer; it returns Parts for a complex result,
       a tracer for a real one (a list for several).  None: complex operands are an error.
+      A rule with ``takes_packed = True`` gets complex operands packed instead (one real
+      array with a trailing axis of 2, NumPy's layout: complex BLAS), and may return one.
     """
 
     def __init__(self, name: str, *, shape_rule: Callable, dtype_rule: Callable, impl: Callable,

@@ -325,6 +325,27 @@ for _n, _d in (("blas.sgemm", "float32"), ("blas.dgemm", "float64")):
 del _n, _d
 
 
+def _cupy_matmul(a, b, out):
+    import cupy
+    cupy.matmul(a, b, out=out)
+
+
+def _complex_matmul(xp_matmul, complex_dtype):
+    """Complex matmul on operands packed as (..., 2) real arrays (viewed as complex)."""
+    def run(a, b, out):
+        if out.size:
+            view = lambda x: x.view(complex_dtype)[..., 0]      # noqa: E731
+            xp_matmul(view(a), view(b), out=view(out))
+    return run
+
+
+for _n, _d, _c in (("blas.cgemm", "float32", "complex64"), ("blas.zgemm", "float64", "complex128")):
+    register_library(_n, cpu=BUILTIN, numpy=_complex_matmul(np.matmul, _c),
+                     cuda=_complex_matmul(_cupy_matmul, _c), num_inputs=2, num_outputs=1,
+                     out_dtypes=[_d])
+del _n, _d, _c
+
+
 # The Gram products A @ A.T ("?syrk") and A.T @ A ("?syrk_tn") of a 2-D A (compile.gram):
 # BLAS syrk fills the lower triangle, which is all their readers use; NumPy's and CuPy's
 # matmul of A and its transposed view compute the whole product (NumPy through syrk too).
@@ -333,11 +354,6 @@ def _gram(xp_matmul, trans: bool):
         if out.size:
             xp_matmul(a.T, a, out=out) if trans else xp_matmul(a, a.T, out=out)
     return run
-
-
-def _cupy_matmul(a, b, out):
-    import cupy
-    cupy.matmul(a, b, out=out)
 
 
 for _n, _d, _t in (("blas.ssyrk", "float32", False), ("blas.dsyrk", "float64", False),

@@ -6,8 +6,10 @@ program through FuseTIR, or op by op when it does not fit one.  Host operations
 """
 from __future__ import annotations
 
-from ..ir import Binding, Function, IRModule, Literal, Var, regions
+from ..core import PRIMITIVES
+from ..ir import Binding, Function, IRModule, Literal, TensorType, Var, regions
 from ..library import LibraryFunc
+from ..shapes import prod
 from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
@@ -122,9 +124,47 @@ def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None) -> lis
                 Binding(b.outvars, mirror_program(tri.type, f"mirror_{name_id}"), [tri], {}, b.source)]
     if how == "library":
         return [Binding(b.outvars, LibraryFunc(LIBRARY_CALLS[b.callee.name]), list(b.args), {}, b.source)]
+    if b.callee.name == "transpose":
+        merged = _coalesced_transpose(b, name_id)
+        if merged is not None:
+            return merged
     fn, args = primfunc_for(b, name_id)
     tir.verify_primfunc(fn)
     return [Binding(b.outvars, fn, args, {}, b.source)]
+
+
+def _coalesced_transpose(b: Binding, name_id: int) -> list | None:
+    """A transpose whose axes move in runs (input axes adjacent and in order that stay so in
+    the output) as one of the runs merged: the reshapes around it are views, and the
+    program's loop nest and index arithmetic shrink to the runs' count (a rank-8 transpose
+    between two complex gemms moving three blocks of axes is a rank-3 one).  None when no
+    two axes merge."""
+    x, out = b.args[0], b.outvars[0]
+    perm = tuple(b.params["perm"])
+    runs: list = []                     # output order: each run's input axes
+    for a in perm:
+        if runs and runs[-1][-1] + 1 == a:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    if len(runs) == len(perm):
+        return None
+    order = sorted(range(len(runs)), key=lambda r: runs[r][0])     # runs in input order
+    shape = x.type.shape
+    in_sizes = tuple(prod(shape[a] for a in runs[r]) for r in order)
+    new_perm = tuple(order.index(r) for r in range(len(runs)))
+    out_sizes = tuple(in_sizes[k] for k in new_perm)
+    reshape = PRIMITIVES["reshape"]
+    if new_perm == tuple(range(len(runs))):       # the data does not move: a view
+        return [Binding(b.outvars, reshape, [x], {"new_sizes": tuple(out.type.shape)}, b.source)]
+    xin = Var(TensorType(in_sizes, x.type.dtype))
+    moved = Var(TensorType(out_sizes, x.type.dtype))
+    t = Binding([moved], b.callee, [xin], {"perm": new_perm}, b.source)
+    fn, args = primfunc_for(t, name_id)
+    tir.verify_primfunc(fn)
+    return [Binding([xin], reshape, [x], {"new_sizes": in_sizes}, b.source),
+            Binding([moved], fn, args, {}, b.source),
+            Binding(b.outvars, reshape, [moved], {"new_sizes": tuple(out.type.shape)}, b.source)]
 
 
 def _inline(b: Binding) -> list:

@@ -103,11 +103,15 @@ def split_function(fn: Function) -> Function:
             vals[p] = Tracer(ctx, p)
             params.append(p)
 
-    def operand(a):
+    def operand(a, packed: bool):
         if isinstance(a, Literal):
-            return _literal_parts(ctx, a) if _is_complex(a.type) else Tracer(ctx, a)
+            if not _is_complex(a.type):
+                return Tracer(ctx, a)
+            return Tracer(ctx, _packed_literal(a)) if packed else _literal_parts(ctx, a)
         v = vals[a]
-        return v.get_parts() if isinstance(v, _Complex) else v
+        if not isinstance(v, _Complex):
+            return v
+        return v.get_packed() if packed else v.get_parts()
 
     with ctx:
         for b in fn.bindings:
@@ -125,7 +129,10 @@ def split_function(fn: Function) -> Function:
                                 f"({_describe(b)}); it has no complex version: pass the real "
                                 f"and imaginary parts (np.real, np.imag) as float arrays")
             first = len(ctx.bindings)
-            out = rule(*[operand(a) for a in b.args], **b.params)
+            out = _packed_layout(ctx, b, rule, vals, operand)
+            if out is None:
+                packed = getattr(rule, "takes_packed", False)
+                out = rule(*[operand(a, packed) for a in b.args], **b.params)
             for nb in ctx.bindings[first:]:
                 nb.source = b.source
             outs = list(out) if b.callee.multiple_results else [out]
@@ -142,6 +149,25 @@ def split_function(fn: Function) -> Function:
                     fn.guards, attrs)
 
 
+def _packed_layout(ctx: TraceContext, b: Binding, rule, vals: dict, operand):
+    """A layout op on packed operands (``complex_parts.layout``), when its rule has a packed
+    form and every complex operand is packed already; else None.  Its result's type is the
+    traced one's packed (the trace checked the shapes: a reshape's element count proved
+    under guards is not proved again from a product with the 2 in it)."""
+    packed_params = getattr(rule, "packed_params", None)
+    if packed_params is None or b.callee.multiple_results or not _is_complex(b.outvars[0].type):
+        return None
+    for a in b.args:
+        if isinstance(a, Var) and _is_complex(a.type) and vals[a].packed is None:
+            return None
+    params = packed_params(**b.params)
+    if params is None:
+        return None
+    out = Var(packed_type(b.outvars[0].type))
+    ctx.bindings.append(Binding([out], b.callee, [ctx.atom(operand(a, True)) for a in b.args], params))
+    return Tracer(ctx, out)
+
+
 def _value(v: Var, o, b: Binding):
     """What a rule returned for the binding's result ``v``, checked against its type."""
     if _is_complex(v.type):
@@ -155,13 +181,15 @@ def _value(v: Var, o, b: Binding):
                          f"{o!r} for a result of type {v.type}")
 
 
+def _packed_literal(r: Literal) -> Literal:
+    v = np.asarray(r.value)
+    packed = np.stack([v.real, v.imag], axis=-1).astype(dt.real_dtype(v.dtype))
+    return Literal(packed, packed_type(r.type))
+
+
 def _result(ctx: TraceContext, vals: dict, r):
     if isinstance(r, Literal):
-        if not _is_complex(r.type):
-            return r
-        v = np.asarray(r.value)
-        packed = np.stack([v.real, v.imag], axis=-1).astype(dt.real_dtype(v.dtype))
-        return Literal(packed, packed_type(r.type))
+        return _packed_literal(r) if _is_complex(r.type) else r
     v = vals[r]
     return ctx.atom(v.get_packed() if isinstance(v, _Complex) else v)
 

@@ -81,6 +81,18 @@ def by_parts(name: str) -> Callable:
     return rule
 
 
+def packable(name: str, packed_params: Callable) -> Callable:
+    """The rule of an op that acts on every (re, im) pair alike -- layout ops (reshape,
+    transpose, slice, ...), sums, add: by parts, or -- when every complex operand is at hand
+    packed (a parameter, a complex gemm's result) -- once on the packed arrays with
+    ``packed_params(**params)``, which extend the op over the trailing (re, im) axis (None:
+    not this time).  Complex matrix products take packed operands, so a chain of transposes,
+    reshapes and sums between them stays packed instead of being split and packed again."""
+    rule = by_parts(name)
+    rule.packed_params = packed_params
+    return rule
+
+
 def packed(name: str) -> Callable:
     """The rule of a primitive that only moves whole values along (control flow: loop
     carries, branch results): complex operands go in packed, and its results come out

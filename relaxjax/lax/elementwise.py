@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..core import PRIMITIVES, Primitive
 from . import complex_math as cm
-from .complex_parts import by_parts
+from .complex_parts import by_parts, packable
 from .util import broadcast_shapes, same_dtype
 
 FLOAT_ONLY = "float"
@@ -73,7 +73,7 @@ def binary(name: str, impl, *, out: str = "same", complex_rule=None) -> Primitiv
                      kind="elementwise", weak_rule=_weak_all, complex_rule=complex_rule)
 
 
-neg = unary("neg", np.negative, complex_rule=by_parts("neg"))
+neg = unary("neg", np.negative, complex_rule=packable("neg", dict))
 abs = unary("abs", np.abs, out="real", complex_rule=cm.abs_rule)
 sign = unary("sign", np.sign, complex_rule=cm.sign_rule)
 exp = unary("exp", np.exp, accepts=FLOAT_ONLY, complex_rule=cm.exp_rule)
@@ -107,8 +107,8 @@ is_inf = unary("is_inf", np.isinf, out="bool", complex_rule=cm.is_inf_rule)
 is_finite = unary("is_finite", np.isfinite, out="bool", complex_rule=cm.is_finite_rule)
 not_ = unary("not", np.invert)                              # logical on bool, bitwise on ints
 
-add = binary("add", np.add, complex_rule=by_parts("add"))
-sub = binary("sub", np.subtract, complex_rule=by_parts("sub"))
+add = binary("add", np.add, complex_rule=packable("add", dict))
+sub = binary("sub", np.subtract, complex_rule=packable("sub", dict))
 mul = binary("mul", np.multiply, complex_rule=cm.mul_rule)
 div = binary("div", np.true_divide, complex_rule=cm.div_rule)   # floats and complex (numpy promotes)
 floor_div = binary("floor_div", np.floor_divide)

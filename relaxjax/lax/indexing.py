@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..core import Primitive
-from .complex_parts import by_parts
+from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import as_dim, dim_str
 from .util import broadcast_shapes
@@ -30,7 +30,8 @@ def _take_impl(x, idx, *, axis):
 
 
 take = Primitive("take", shape_rule=_take_shape, dtype_rule=lambda x, i, **p: x.dtype,
-                 impl=_take_impl, kind="injective", complex_rule=by_parts("take"))
+                 impl=_take_impl, kind="injective",
+                 complex_rule=packable("take", lambda axis: dict(axis=axis) if axis >= 0 else None))
 
 
 def _take_along_shape(env, x, idx, *, axis):

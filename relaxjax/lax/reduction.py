@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Primitive
-from .complex_parts import by_parts
+from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str
 
@@ -42,7 +42,8 @@ def reduction(name: str, np_fn, *, identity: bool = True, out_dtype=None,
                      complex_rule=complex_rule)
 
 
-reduce_sum = reduction("reduce_sum", np.sum, complex_rule=by_parts("reduce_sum"))
+reduce_sum = reduction("reduce_sum", np.sum,
+                       complex_rule=packable("reduce_sum", lambda axes: dict(axes=tuple(axes))))
 reduce_prod = reduction("reduce_prod", np.prod)
 reduce_max = reduction("reduce_max", np.max, identity=False)
 reduce_min = reduction("reduce_min", np.min, identity=False)

@@ -9,7 +9,7 @@ import builtins
 import numpy as np
 
 from ..core import Primitive
-from .complex_parts import by_parts
+from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
 from .util import one_if_guarded, same_dtype
@@ -32,7 +32,7 @@ def _reshape_shape(env, x, *, new_sizes):
 
 reshape = Primitive("reshape", shape_rule=_reshape_shape, dtype_rule=_same,
                     impl=lambda x, *, new_sizes: x.reshape(new_sizes), kind="injective",
-                    weak_rule=lambda x, **p: x.weak, complex_rule=by_parts("reshape"))
+                    weak_rule=lambda x, **p: x.weak, complex_rule=packable("reshape", lambda new_sizes: dict(new_sizes=tuple(new_sizes) + (2,))))
 
 
 def _transpose_shape(env, x, *, perm):
@@ -43,7 +43,7 @@ def _transpose_shape(env, x, *, perm):
 
 transpose = Primitive("transpose", shape_rule=_transpose_shape, dtype_rule=_same,
                       impl=lambda x, *, perm: np.transpose(x, perm), kind="injective",
-                      complex_rule=by_parts("transpose"))
+                      complex_rule=packable("transpose", lambda perm: dict(perm=tuple(perm) + (len(perm),))))
 
 
 def _broadcast_to_shape(env, x, *, shape):
@@ -63,7 +63,7 @@ def _broadcast_to_shape(env, x, *, shape):
 
 broadcast_to = Primitive("broadcast_to", shape_rule=_broadcast_to_shape, dtype_rule=_same,
                          impl=lambda x, *, shape: np.broadcast_to(x, shape).copy(), kind="broadcast",
-                         weak_rule=lambda x, **p: x.weak, complex_rule=by_parts("broadcast_to"))
+                         weak_rule=lambda x, **p: x.weak, complex_rule=packable("broadcast_to", lambda shape: dict(shape=tuple(shape) + (2,))))
 
 
 def _concat_shape(env, *xs, axis):
@@ -87,7 +87,7 @@ def _concat_shape(env, *xs, axis):
 concatenate = Primitive("concatenate", shape_rule=_concat_shape,
                         dtype_rule=lambda *xs, axis: same_dtype(*xs, what="concatenate"),
                         impl=lambda *xs, axis: np.concatenate(xs, axis=axis), kind="injective",
-                        complex_rule=by_parts("concatenate"))
+                        complex_rule=packable("concatenate", lambda axis: dict(axis=axis) if axis >= 0 else None))
 
 
 # slice: start, size and (non-zero int) step per axis, already normalised by the numpy layer
@@ -116,7 +116,8 @@ def _slice_impl(x, *, start, size, step):
 
 
 slice = Primitive("slice", shape_rule=_slice_shape, dtype_rule=_same, impl=_slice_impl,
-                  kind="injective", complex_rule=by_parts("slice"))
+                  kind="injective", complex_rule=packable("slice", lambda start, size, step: dict(
+                      start=tuple(start) + (0,), size=tuple(size) + (2,), step=tuple(step) + (1,))))
 
 
 def _pad_shape(env, x, value, *, low, high):

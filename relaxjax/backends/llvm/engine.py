@@ -37,22 +37,17 @@ DEFAULT_PARALLEL_MIN_WORK = 1 << 17
 NUM_THREADS = ctypes.c_int32(0)
 PARALLEL_MIN_WORK = ctypes.c_int64(DEFAULT_PARALLEL_MIN_WORK)
 SERIAL_UNTIL = ctypes.c_int64(0)      # cycle counter value until which kernels stay serial
+# the CBLAS functions segments call, through ``@rj_blas_<name>`` pointers
+BLAS_FUNCTIONS = ("sgemm", "dgemm", "cgemm", "zgemm", "sgemv", "dgemv", "cgemv", "zgemv",
+                  "ssyrk", "dsyrk")
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
                   "rj_serial_until": [SERIAL_UNTIL],
-                  "rj_blas_sgemm": [ctypes.c_void_p(None)], "rj_blas_dgemm": [ctypes.c_void_p(None)],
-                  "rj_blas_sgemv": [ctypes.c_void_p(None)], "rj_blas_dgemv": [ctypes.c_void_p(None)],
-                  "rj_blas_ssyrk": [ctypes.c_void_p(None)], "rj_blas_dsyrk": [ctypes.c_void_p(None)]}
+                  **{f"rj_blas_{n}": [ctypes.c_void_p(None)] for n in BLAS_FUNCTIONS}}
 _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
 @rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
 @rj_serial_until = global i64 0
-@rj_blas_sgemm = global ptr null
-@rj_blas_dgemm = global ptr null
-@rj_blas_sgemv = global ptr null
-@rj_blas_dgemv = global ptr null
-@rj_blas_ssyrk = global ptr null
-@rj_blas_dsyrk = global ptr null
-"""
+""" + "".join(f"@rj_blas_{n} = global ptr null\n" for n in BLAS_FUNCTIONS)
 
 # Bump when the machine code can change without the module text changing (optimisation
 # options, linking): part of every persistent-cache key.
@@ -99,7 +94,7 @@ def _set_global(name: str, value) -> None:
 
 def _runtime_symbols() -> None:
     """The runtime globals for MCJIT-compiled code (and the BLAS pointers' values)."""
-    for name in ("sgemm", "dgemm", "sgemv", "dgemv", "ssyrk", "dsyrk"):
+    for name in BLAS_FUNCTIONS:
         if _GLOBALS[f"rj_blas_{name}"][0].value is None:
             _set_global(f"rj_blas_{name}", target.blas_function(name))
     for name, vs in _GLOBALS.items():

@@ -21,7 +21,10 @@ from .codegen import KernelEmitter, _Fn
 from .irtypes import SEGMENT_OPTNONE, llty
 from . import target
 
-GEMMS = ("blas.sgemm", "blas.dgemm")      # library calls the segment emits as CBLAS gemms
+# library calls the segment emits as CBLAS gemms: real, and complex on packed operands
+# (..., M, K, 2), each (re, im) pair one complex element
+GEMMS = ("blas.sgemm", "blas.dgemm", "blas.cgemm", "blas.zgemm")
+_GEMM_LETTER = {"blas.sgemm": "s", "blas.dgemm": "d", "blas.cgemm": "c", "blas.zgemm": "z"}
 # ... and as CBLAS syrks (Gram products A @ A.T, and A.T @ A for "_tn": compile.gram)
 SYRKS = ("blas.ssyrk", "blas.dsyrk", "blas.ssyrk_tn", "blas.dsyrk_tn")
 # a segment's status for a failing host check, such as a gather index out of range (below
@@ -280,9 +283,13 @@ class SegmentEmitter(KernelEmitter):
         fn = self.fn
         a, bm = b.args
         out = b.outvars[0]
+        letter = _GEMM_LETTER[b.callee.name]
         ty = llty(out.type.dtype)
-        sym = self._blas_symbol(f"{'s' if ty == 'float' else 'd'}gemm")
+        sym = self._blas_symbol(f"{letter}gemm")
         ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
+        if letter in "cz":              # packed: the matrices' shapes without the trailing 2
+            ash, bsh, osh = ash[:-1], bsh[:-1], osh[:-1]
+            ty = f"[2 x {ty}]"
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
         nb = len(osh) - 2
         pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
@@ -334,8 +341,8 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(body)
         self.env["t"] = i
         ptrs = []
-        for p, v in ((pa, a), (pb, bm), (pc, out)):
-            off = self._expr(offset(v.type.shape))
+        for p, shape in ((pa, ash), (pb, bsh), (pc, osh)):
+            off = self._expr(offset(shape))
             ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
         self._gemm_call(sym, ty, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
         fn.emit(f"br label %{latch}")
@@ -347,9 +354,19 @@ class SegmentEmitter(KernelEmitter):
 
     def _gemm_call(self, sym, ty, M, N, K, pa, lda, pb, ldb, pc) -> None:
         """C = A @ B; a product with one column (N == 1) or one row (M == 1) is a gemv,
-        which OpenBLAS runs several times faster than a gemm of that shape."""
+        which OpenBLAS runs several times faster than a gemm of that shape.  A complex
+        element type (``[2 x double]``) passes alpha = 1 and beta = 0 by pointer, as CBLAS's
+        complex functions take them."""
         # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112; ldc = max(N, 1) like ldb
         fn = self.fn
+        if ty.startswith("["):
+            part = ty[5:-1]
+            one, zero = f"@rj_one_{part}", f"@rj_zero_{part}"
+            self.helpers_used.add(f"{one} = private unnamed_addr constant {ty} [{part} 1.0, {part} 0.0]")
+            self.helpers_used.add(f"{zero} = private unnamed_addr constant {ty} zeroinitializer")
+            alpha, beta = f"ptr {one}", f"ptr {zero}"
+        else:
+            alpha, beta = f"{ty} 1.0", f"{ty} 0.0"
         nz = fn.val("i64", f"mul i64 {M}, {N}")
         go = fn.val("i1", f"icmp sgt i64 {nz}, 0")
         yes, no = fn.label("gcall"), fn.label("gskip")
@@ -370,16 +387,16 @@ class SegmentEmitter(KernelEmitter):
         cv, rv = fn.label("gemvcol"), fn.label("gemvrow")
         fn.emit(f"br i1 {col}, label %{cv}, label %{rv}")
         fn.start_block(cv)                 # c[M] = A[M, K] @ b[K]
-        fn.emit(f"call void {g}(i32 101, i32 111, i64 {M}, i64 {K}, {ty} 1.0, ptr {pa}, i64 {lda}, "
-                f"ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 1)")
+        fn.emit(f"call void {g}(i32 101, i32 111, i64 {M}, i64 {K}, {alpha}, ptr {pa}, i64 {lda}, "
+                f"ptr {pb}, i64 {ldb}, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
         fn.start_block(rv)                 # c[N] = a[K] @ B[K, N] = B^T a
-        fn.emit(f"call void {g}(i32 101, i32 112, i64 {K}, i64 {N}, {ty} 1.0, ptr {pb}, i64 {ldb}, "
-                f"ptr {pa}, i64 1, {ty} 0.0, ptr {pc}, i64 1)")
+        fn.emit(f"call void {g}(i32 101, i32 112, i64 {K}, i64 {N}, {alpha}, ptr {pb}, i64 {ldb}, "
+                f"ptr {pa}, i64 1, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
         fn.start_block(mm)
         f = fn.val("ptr", f"load ptr, ptr {sym}")
-        fn.emit(f"call void {f}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {ty} 1.0, "
-                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {ty} 0.0, ptr {pc}, i64 {ldb})")
+        fn.emit(f"call void {f}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {alpha}, "
+                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {beta}, ptr {pc}, i64 {ldb})")
         fn.emit(f"br label %{no}")
         fn.start_block(no)
