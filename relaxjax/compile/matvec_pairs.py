@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tir
-from ..ir import Binding, Function, IRModule, TensorType, Var
+from ..ir import Binding, Function, TensorType, Var
 from ..lax.reduction import reduce_sum
 from ..tir import Assign, Buffer, For, Local, PrimFunc, Seq, Store, Var as TVar, from_sympy
-from .passes import Pass
+from .passes import Pass, new_name, rewrite_functions
 
 BLOCKS = 32            # row blocks: partial results are BLOCKS x n, a few percent of A's bytes
 ROWS = 4               # rows per pass over the columns
@@ -120,9 +120,7 @@ def _pair_up(fn: Function, programs: dict) -> Function:
             y = left.args[0]
             dt = A.type.dtype
             part = Var(TensorType((BLOCKS, 1, A.type.shape[1]), dt), "part")
-            name = f"matvec_pair_{len(programs)}"
-            while name in programs:
-                name += "_"
+            name = new_name(programs, "matvec_pair")
             prog = programs[name] = pair_program(A.type, name)
             call = Binding([right.outvars[0], part], prog, [A, x, y], {}, b.source)
             total = Binding([left.outvars[0]], reduce_sum, [part], {"axes": (0,)}, b.source)
@@ -135,16 +133,4 @@ def _pair_up(fn: Function, programs: dict) -> Function:
                     fn.guards, fn.attrs)
 
 
-def _run(module: IRModule) -> IRModule:
-    fns = dict(module.functions)
-    programs = dict(fns)           # names taken
-    for name, f in module.functions.items():
-        if isinstance(f, Function) and not f.attrs.get("primitive"):
-            fns[name] = _pair_up(f, programs)
-    for name, p in programs.items():
-        if name not in fns:
-            fns[name] = p
-    return IRModule(fns, module.entry)
-
-
-matvec_pairs = Pass("MatvecPairs", _run)
+matvec_pairs = Pass("MatvecPairs", lambda module: rewrite_functions(module, _pair_up))

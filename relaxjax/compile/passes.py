@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..ir import IRModule, map_regions
+from ..ir import Function, IRModule, map_regions
 from .verify import verify
 
 
@@ -53,3 +53,26 @@ def run_pipeline(module: IRModule, passes: Sequence[Pass], *, check: bool | None
         if check:
             verify(module)
     return module
+
+
+def rewrite_functions(module: IRModule, rewrite: Callable[[Function, dict], Function]) -> IRModule:
+    """``module`` with each graph function (fused primitive groups aside) replaced by
+    ``rewrite(fn, programs)``; ``programs`` maps the module's names to their functions, and
+    the loop-level programs ``rewrite`` adds to it (see ``new_name``) join the module."""
+    fns = dict(module.functions)
+    programs = dict(fns)
+    for name, f in module.functions.items():
+        if isinstance(f, Function) and not f.attrs.get("primitive"):
+            fns[name] = rewrite(f, programs)
+    for name, p in programs.items():
+        if name not in fns:
+            fns[name] = p
+    return IRModule(fns, module.entry)
+
+
+def new_name(programs: dict, stem: str) -> str:
+    """``stem_<k>`` (with ``_`` appended until free) for a program joining ``programs``."""
+    name = f"{stem}_{len(programs)}"
+    while name in programs:
+        name += "_"
+    return name

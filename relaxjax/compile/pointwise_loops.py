@@ -30,14 +30,14 @@ import itertools
 import numpy as np
 
 from .. import tir
-from ..ir import Binding, Function, IRModule, Literal, regions
+from ..ir import Binding, Function, Literal, regions
 from ..shapes import ShapeEnv, is_symbolic
 from ..tir import Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
 from ..tir.share import bind_shared
 from .fuse import INJECTIVE_KINDS
 from .fuse_tir import FusionError, _Builder
 from .lowering import scalar_literal_expr
-from .passes import Pass
+from .passes import Pass, new_name, rewrite_functions
 
 TILE_BYTES = 16 * 1024        # a tile's carries and inputs: half of a typical L1 data cache
 MIN_TILE, MAX_TILE = 32, 2048
@@ -91,6 +91,9 @@ def tiled_program(b: Binding, name: str) -> tuple[PrimFunc, list] | None:
 
 
 class _Tiler:
+    """One pointwise ``fori_loop`` as a program: the step's expressions per carry element
+    (``step``), the program's buffers (``operands``), the tiled loops (``loops``)."""
+
     def __init__(self, b: Binding, name: str):
         self.b, self.name = b, name
         self.body: Function = b.params["body"].main
@@ -99,52 +102,72 @@ class _Tiler:
         ps = self.body.params
         self.index_param, self.carry_params = ps[0], ps[1:1 + self.n]
         env = ShapeEnv("explicit", self.body.bounds)
-        self.points, self.trailing = _point_axes(env, [p.type.shape for p in self.carry_params])
+        self.points, trailing = _point_axes(env, [p.type.shape for p in self.carry_params])
+        # each carry's elements per point, as trailing indices
+        self.elements = [list(itertools.product(*(range(d) for d in tr))) for tr in trailing]
+        self.builder = _Builder(name, self.body.bindings, list(ps), list(self.body.results),
+                                self.body.bounds)
+        self.taken = self.builder.taken
+        self.pv = [tir.fresh(f"i{k}", self.taken) for k in range(len(self.points))]
+        self.t = tir.fresh("t", self.taken)
 
     def program(self) -> tuple[PrimFunc, list]:
-        body, points = self.body, self.points
-        builder = _Builder(self.name, body.bindings, list(body.params), list(body.results), body.bounds)
-        taken = builder.taken
-        pv = [tir.fresh(f"i{k}", taken) for k in range(len(points))]
-        t = tir.fresh("t", taken)
-        # every new carry element as one expression over the point's old carry elements
-        elements = [list(itertools.product(*(range(d) for d in tr))) for tr in self.trailing]
-        exprs = [builder.value(r, pv + [Const(c, tir.INDEX) for c in comp])
-                 for r, comps in zip(body.results, elements) for comp in comps]
+        exprs, state = self.step()
+        params, call_args, lo, hi, inits, outs = self.operands()
+        body = self.loops(exprs, state, lo, hi, inits, outs)
+        all_params = params + outs
+        consts = [a.value for bb in self.body.bindings for a in bb.args if isinstance(a, Literal)]
+        f = PrimFunc(self.name, all_params, len(outs),
+                     tir.dim_vars(all_params, [bb.params for bb in self.body.bindings], consts), body)
+        tir.verify_primfunc(f)
+        return f, call_args
+
+    def cells(self):
+        """(carry, element) pairs, in the order of the step's expressions."""
+        return [(k, comp) for k, comps in enumerate(self.elements) for comp in comps]
+
+    def at(self, k: int, comp: tuple) -> tuple:
+        return tuple(self.pv) + tuple(Const(c, tir.INDEX) for c in comp)
+
+    def step(self) -> tuple[list, dict]:
+        """Every new carry element as one expression over locals holding the point's old
+        carry elements (``state``), the step number a local too."""
+        builder, results = self.builder, self.body.results
+        exprs = [builder.value(results[k], list(self.at(k, comp))) for k, comp in self.cells()]
         if builder.host_checks:
             raise _NotPointwise("the body reads data-dependent indices")
-        state = {}
-        for k, comps in enumerate(elements):
-            dt = self.carry_params[k].type.dtype
-            for comp in comps:
-                state[(k, comp)] = tir.fresh(f"s{k}", taken, dt)
+        state = {(k, comp): tir.fresh(f"s{k}", self.taken, self.carry_params[k].type.dtype)
+                 for k, comp in self.cells()}
         carry_of = {id(builder.buffer[p]): k for k, p in enumerate(self.carry_params)
                     if p in builder.buffer}
         index_buf = builder.buffer.get(self.index_param)
         itype = self.index_param.type.dtype
-        step = t if itype == tir.INDEX else op("convert", t, dtype=itype)
-        names = [v.name for v in pv]
+        step = self.t if itype == tir.INDEX else op("convert", self.t, dtype=itype)
+        names = [v.name for v in self.pv]
 
         def own_point(e):
-            if isinstance(e, Load):
-                if index_buf is not None and e.buffer is index_buf:
-                    return step
-                k = carry_of.get(id(e.buffer))
-                if k is not None:
-                    head, rest = e.index[:len(pv)], e.index[len(pv):]
-                    if [tir.expr_str(i) for i in head] != names or \
-                            not all(isinstance(i, Const) for i in rest):
-                        raise _NotPointwise("a carry is read at another point")
-                    v = state.get((k, tuple(int(i.value) for i in rest)))
-                    if v is None:
-                        raise _NotPointwise("a carry is read outside its point")
-                    return v
-            return e
+            if not isinstance(e, Load):
+                return e
+            if index_buf is not None and e.buffer is index_buf:
+                return step
+            k = carry_of.get(id(e.buffer))
+            if k is None:
+                return e                        # a read-only operand: read anywhere
+            head, rest = e.index[:len(names)], e.index[len(names):]
+            if [tir.expr_str(i) for i in head] != names or not all(isinstance(i, Const) for i in rest):
+                raise _NotPointwise("a carry is read at another point")
+            v = state.get((k, tuple(int(i.value) for i in rest)))
+            if v is None:
+                raise _NotPointwise("a carry is read outside its point")
+            return v
         # one map over all expressions: the builder shares nodes between them
-        exprs = list(tir.visit.map_expr(tir.Op("tuple", tuple(exprs), tir.BOOL), own_point).args)
+        return list(tir.visit.map_expr(tir.Op("tuple", tuple(exprs), tir.BOOL), own_point).args), state
 
-        # buffers: trip bounds, initial carries, read-only inputs; outputs: the carries
-        call_args, params = [], []
+    def operands(self) -> tuple:
+        """Input buffers (trip bounds, initial carries, read-only operands and array
+        constants) with the graph values they are called with; the trip bounds as
+        expressions; the initial carries' and the outputs' buffers."""
+        params, call_args, taken = [], [], self.taken
 
         def bound(a, nm):
             e = scalar_literal_expr(a)
@@ -161,70 +184,60 @@ class _Tiler:
             inits.append(buf)
             params.append(buf)
             call_args.append(a)
-        outer_args = dict(zip(body.params[1:], self.b.args[2:]))   # (the index has none)
-        for v in builder.call_inputs:          # read-only operands and array constants
+        outer = dict(zip(self.body.params[1:], self.b.args[2:]))   # (the index has none)
+        for v in self.builder.call_inputs:
             if v in self.carry_params or v is self.index_param:
                 continue
-            params.append(builder.buffer[v])
-            call_args.append(outer_args.get(v, v))
+            params.append(self.builder.buffer[v])
+            call_args.append(outer.get(v, v))
         outs = [Buffer(tir.fresh(f"out{k}", taken).name, tuple(p.type.shape), p.type.dtype)
                 for k, p in enumerate(self.carry_params)]
+        return params, call_args, lo, hi, inits, outs
 
-        # per point: the carries' bytes and each distinct read of an operand that moves with it
+    def tile_size(self, exprs: list) -> int:
+        """Points per tile: the carries' bytes per point and each distinct read of an operand
+        that moves with the point's last coordinate, within ``TILE_BYTES``."""
+        last = self.pv[-1].name
         reads = {(id(x.buffer), tir.expr_str(x)): x.buffer.dtype.itemsize
                  for e in exprs for x in tir.visit.walk_expr(e)
-                 if isinstance(x, Load) and any(isinstance(i, tir.Var) and i.name == names[-1]
+                 if isinstance(x, Load) and any(isinstance(i, tir.Var) and i.name == last
                                                 for y in x.index for i in tir.visit.walk_expr(y))}
-        per_point = sum(p.type.dtype.itemsize * len(c) for p, c in zip(self.carry_params, elements))
-        T = _tile(per_point + sum(reads.values()))
+        carries = sum(p.type.dtype.itemsize * len(c) for p, c in zip(self.carry_params, self.elements))
+        return _tile(carries + sum(reads.values()))
 
-        ext = [from_sympy(d) for d in points]
+    def loops(self, exprs, state, lo, hi, inits, outs) -> tir.Stmt:
+        """A parallel loop over (row, tile of the last axis); in each, the tile's carries
+        copied to the outputs, then every step updating them in place."""
+        taken, pv, T = self.taken, self.pv, self.tile_size(exprs)
+        ext = [from_sympy(d) for d in self.points]
         rows = Const(1, tir.INDEX)
         for e in ext[:-1]:
             rows = rows * e
         n_tiles = (ext[-1] + (T - 1)) // T
-        r = tir.fresh("r", taken)
-        j0 = tir.fresh("j0", taken)
+        r, j0 = tir.fresh("r", taken), tir.fresh("j0", taken)
         head = [Local(j0, (r % n_tiles) * T)]
         row = r // n_tiles
         for k in range(len(pv) - 2, -1, -1):     # the point's leading coordinates
             head.append(Local(pv[k], row % ext[k] if k else row))
             row = row // ext[k]
         j1 = op("min", j0 + T, ext[-1])
-
-        def at(k, comp):
-            return tuple(pv) + tuple(Const(c, tir.INDEX) for c in comp)
-        copy = [Store(outs[k], at(k, comp), Load(inits[k], at(k, comp)))
-                for k, comps in enumerate(elements) for comp in comps]
-        step_stmts = [Local(state[(k, comp)], Load(outs[k], at(k, comp)))
-                      for k, comps in enumerate(elements) for comp in comps]
-        new = []
-        pos = 0
-        for k, comps in enumerate(elements):
-            for comp in comps:
-                v = tir.fresh(f"n{k}", taken, self.carry_params[k].type.dtype)
-                step_stmts.append(Local(v, exprs[pos]))
-                new.append(Store(outs[k], at(k, comp), v))
-                pos += 1
-        inner = For(pv[-1], j1, "vectorized", Seq(step_stmts + new), j0)
+        cells = self.cells()
+        copy = [Store(outs[k], self.at(k, c), Load(inits[k], self.at(k, c))) for k, c in cells]
+        load = [Local(state[(k, c)], Load(outs[k], self.at(k, c))) for k, c in cells]
+        new = [tir.fresh(f"n{k}", taken, self.carry_params[k].type.dtype) for k, _ in cells]
+        compute = [Local(v, e) for v, e in zip(new, exprs)]
+        store = [Store(outs[k], self.at(k, c), v) for (k, c), v in zip(cells, new)]
+        inner = For(pv[-1], j1, "vectorized", Seq(load + compute + store), j0)
         tile = Seq(head + [For(pv[-1], j1, "vectorized", Seq(copy), j0),
-                           For(t, hi, "serial", inner, lo)])
-        body_stmt = bind_shared(For(r, rows * n_tiles, "parallel", tile), taken)
-        all_params = params + outs
-        consts = [a.value for bb in body.bindings for a in bb.args if isinstance(a, Literal)]
-        f = PrimFunc(self.name, all_params, len(outs),
-                     tir.dim_vars(all_params, [bb.params for bb in body.bindings], consts), body_stmt)
-        tir.verify_primfunc(f)
-        return f, call_args
+                           For(self.t, hi, "serial", inner, lo)])
+        return bind_shared(For(r, rows * n_tiles, "parallel", tile), taken)
 
 
 def _tile_loops(fn: Function, programs: dict) -> Function:
     bindings, changed = [], False
     for b in fn.bindings:
         if b.kind == "primitive" and b.callee.name == "fori_loop":
-            name = f"pointwise_loop_{len(programs)}"
-            while name in programs:
-                name += "_"
+            name = new_name(programs, "pointwise_loop")
             got = tiled_program(b, name)
             if got is not None:
                 prog, args = got
@@ -238,16 +251,4 @@ def _tile_loops(fn: Function, programs: dict) -> Function:
                     fn.guards, fn.attrs)
 
 
-def _run(module: IRModule) -> IRModule:
-    fns = dict(module.functions)
-    programs = dict(fns)           # names taken
-    for name, f in module.functions.items():
-        if isinstance(f, Function) and not f.attrs.get("primitive"):
-            fns[name] = _tile_loops(f, programs)
-    for name, p in programs.items():
-        if name not in fns:
-            fns[name] = p
-    return IRModule(fns, module.entry)
-
-
-pointwise_loops = Pass("PointwiseLoops", _run)
+pointwise_loops = Pass("PointwiseLoops", lambda module: rewrite_functions(module, _tile_loops))
