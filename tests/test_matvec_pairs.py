@@ -38,11 +38,29 @@ def test_matvec_pairs_read_the_matrix_once_and_agree_with_numpy(m, n, form, dtyp
         assert "matvec_pair" in text and "gemm" not in text, text
 
 
-def test_dependent_products_stay_apart():
-    """``(A @ x) @ A`` needs the first product before the second starts: two gemvs."""
-    f = lambda x, A: (A @ x) @ A
-    A = np.random.default_rng(0).uniform(-1, 1, (9, 9))
-    x = np.arange(9.0)
-    np.testing.assert_allclose(rj.jit(f)(x, A), (A @ x) @ A, rtol=1e-12)
-    text = rj.jit(f).lower(x, A).compile().as_text("optimized")
-    assert "matvec_pair" not in text and text.count("gemm") == 2, text
+@given(m=SIZES, n=SIZES, dtype=st.sampled_from(["float64", "float32"]))
+@settings(max_examples=25, deadline=None)
+def test_a_product_fed_back_reads_the_matrix_once_and_agrees_with_numpy(m, n, dtype):
+    """polybench's atax, ``(A @ x) @ A`` = A^T A x: one chained pass over A's rows."""
+    rng = np.random.default_rng(m * 1000 + n)
+    A, x = rng.uniform(-1, 1, (m, n)).astype(dtype), rng.uniform(-1, 1, n).astype(dtype)
+    f = lambda A, x: (A @ x) @ A        # noqa: E731
+    want = f(A.astype(np.float64), x.astype(np.float64))
+    tol = dict(rtol=1e-10, atol=1e-10 * (1 + m)) if dtype == "float64" else \
+        dict(rtol=2e-4, atol=2e-4 * (1 + m))
+    for b in BACKENDS:
+        got = rj.jit(f, backend=b)(A, x)
+        assert got.dtype == np.dtype(dtype) and got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
+    text = rj.jit(f).lower(A, x).compile().as_text("optimized")
+    if m > 1 and n > 1:
+        assert "matvec_chain" in text and "gemm" not in text, text
+
+
+def test_a_product_transformed_before_it_is_fed_back_stays_two_products():
+    f = lambda A, x: np.tanh(A @ x) @ A        # noqa: E731
+    A = np.random.default_rng(1).uniform(-1, 1, (7, 5))
+    x = np.arange(5.0)
+    np.testing.assert_allclose(rj.jit(f)(A, x), f(A, x), rtol=1e-12)
+    text = rj.jit(f).lower(A, x).compile().as_text("optimized")
+    assert "matvec_chain" not in text and text.count("gemm") == 2, text

@@ -7,7 +7,10 @@ x2 + y2 @ A`` do exactly this.  ``MatvecPairs`` finds such a pair (neither produ
 the other's result) and computes both in one loop-level program: row blocks in parallel,
 each row's dot product with ``x`` and its ``y[i]``-scaled update of the block's partial
 ``y @ A`` done while the row is in cache; a ``reduce_sum`` over the blocks' partials
-(fused and vectorized like any reduction) finishes ``y @ A``.
+(fused and vectorized like any reduction) finishes ``y @ A``.  When the second product's
+vector is the first's result (``(A @ x) @ A``: polybench's atax, ``A^T A x``), each group of
+rows is dotted with ``x`` and then, while still in cache, added to the partial row scaled by
+those dot products: ``A`` is read from memory once where two gemvs read it twice.
 """
 from __future__ import annotations
 
@@ -55,11 +58,16 @@ def _dependents(bindings: list, start: int) -> set:
     return tainted
 
 
-def pair_program(A: TensorType, name: str) -> PrimFunc:
+def pair_program(A: TensorType, name: str, chained: bool = False) -> PrimFunc:
     """``(a, x, y) -> (a @ x, partial)``: ``partial[k, 0, :]`` is ``y @ a`` over row block k.
     Rows go ``ROWS`` at a time through one loop over the columns (their dot products with
     ``x`` and their update of the partial row), so ``a`` is read once and the partial row
-    once per ``ROWS`` rows; the rows a block has beyond a multiple of ``ROWS`` one by one."""
+    once per ``ROWS`` rows; the rows a block has beyond a multiple of ``ROWS`` one by one.
+
+    ``chained`` (``(a @ x) @ a``, polybench's atax, ``A^T A x``): ``(a, x) -> (a @ x,
+    partial)`` with ``y = a @ x``: each group of rows is dotted with ``x`` in one pass over
+    the columns, then a second pass, over the same rows while they are in cache, adds
+    them scaled by their dot products to the partial row."""
     m, n = A.shape
     dt = A.dtype
     a, x, y = Buffer("a", (m, n), dt), Buffer("x", (n, 1), dt), Buffer("y", (1, m), dt)
@@ -72,16 +80,20 @@ def pair_program(A: TensorType, name: str) -> PrimFunc:
     quads = tir.op("max", last - first, tir.Const(0, tir.INDEX)) // ROWS   # blocks past m: none
 
     def rows_step(r0, count: int, jv):
-        """Rows r0 .. r0 + count - 1: one pass over the columns."""
+        """Rows r0 .. r0 + count - 1: one pass over the columns (two when chained)."""
         accs = [TVar(f"acc{r}", dt) for r in range(count)]
         update = zero
         col = []
         for r, acc in enumerate(accs):
             v = a[r0 + r, jv]
             col.append(Assign(acc, tir.op("add", acc, v * x[jv, 0], flags=("reassoc",))))
-            update = update + y[0, r0 + r] * v
-        col.append(Store(part, (k, z, jv), part[k, 0, jv] + update))
-        return Seq([Local(acc, zero) for acc in accs] + [For(jv, N, "reduction", Seq(col))] +
+            update = update + (acc if chained else y[0, r0 + r]) * v
+        add = Store(part, (k, z, jv), part[k, 0, jv] + update)
+        if chained:         # the dot products first, then the update with them
+            loops = [For(jv, N, "reduction", Seq(col)), For(jv, N, "vectorized", add)]
+        else:
+            loops = [For(jv, N, "reduction", Seq(col + [add]))]
+        return Seq([Local(acc, zero) for acc in accs] + loops +
                    [Store(ax, (r0 + r, z), acc) for r, acc in enumerate(accs)])
 
     body = For(k, tir.Const(BLOCKS, tir.INDEX), "parallel", Seq([
@@ -89,7 +101,31 @@ def pair_program(A: TensorType, name: str) -> PrimFunc:
         For(q, quads, "serial", rows_step(first + q * ROWS, ROWS, j)),
         For(i, last, "serial", rows_step(i, 1, j), first + quads * ROWS),
     ]))
-    return PrimFunc(name, [a, x, y, ax, part], 2, tir.dim_vars([a, x, y, ax, part]), body)
+    params = [a, x, ax, part] if chained else [a, x, y, ax, part]
+    return PrimFunc(name, params, 2, tir.dim_vars(params), body)
+
+
+def _reshaped_from(bindings: list, v, src) -> bool:
+    """Whether value ``v`` is ``src`` through reshapes alone (the (m, 1) product as a row)."""
+    producer = {o: b for b in bindings for o in b.outvars}
+    while v is not src:
+        b = producer.get(v)
+        if b is None or b.kind != "primitive" or b.callee.name != "reshape":
+            return False
+        v = b.args[0]
+    return True
+
+
+def _chain(bindings: list, first: int, second: int, A, programs: dict) -> list:
+    """``ax = A @ x`` (binding ``first``) and ``ax' @ A`` (``second``, ax' a reshape of ax) as
+    one chained pair program and a sum of its partial rows."""
+    right, left = bindings[first], bindings[second]
+    part = Var(TensorType((BLOCKS, 1, A.type.shape[1]), A.type.dtype), "part")
+    name = new_name(programs, "matvec_chain")
+    prog = programs[name] = pair_program(A.type, name, chained=True)
+    call = Binding([right.outvars[0], part], prog, [A, right.args[1]], {}, right.source)
+    total = Binding([left.outvars[0]], reduce_sum, [part], {"axes": (0,)}, left.source)
+    return bindings[:first] + [call] + bindings[first + 1:second] + [total] + bindings[second + 1:]
 
 
 def _pair_up(fn: Function, programs: dict) -> Function:
@@ -110,6 +146,10 @@ def _pair_up(fn: Function, programs: dict) -> Function:
             first = bindings[other]
             tainted = _dependents(bindings, other)
             if _reads(b, tainted):
+                if side == "left" and _reshaped_from(bindings, b.args[0], first.outvars[0]):
+                    bindings = _chain(bindings, other, idx, A, programs)    # (A @ x) @ A
+                    done = False
+                    break
                 continue                   # the later product reads the earlier one's result
             # what reads the earlier result moves after the pair; the rest stays before it
             between = bindings[other + 1:idx]
