@@ -43,6 +43,9 @@ class Primitive:
       a tracer for a real one (a list for several).  None: complex operands are an error.
       A rule with ``takes_packed = True`` gets complex operands packed instead (one real
       array with a trailing axis of 2, NumPy's layout: complex BLAS), and may return one.
+    * ``vjp`` (an attribute the defining module sets): the reverse-mode rule
+      ``vjp(ct, *operands, out=result, **params)`` -> one cotangent per operand (None for
+      none), see ``lax.ad_util``; a primitive without one has no derivative yet.
     """
 
     def __init__(self, name: str, *, shape_rule: Callable, dtype_rule: Callable, impl: Callable,

@@ -29,7 +29,7 @@ LAYERS = [
     ("front ends", ["relaxjax.numpy", "relaxjax.nn", "relaxjax.frontend", "relaxjax.pykernel"]),
     ("passes", ["relaxjax.compile"]),
     ("backends", ["relaxjax.backends"]),
-    ("driver and tools", ["relaxjax", "relaxjax.jit", "relaxjax.jit_args", "relaxjax.jit_trace",
+    ("driver and tools", ["relaxjax", "relaxjax.jit", "relaxjax.ad", "relaxjax.jit_args", "relaxjax.jit_trace",
                           "relaxjax.jit_cache", "relaxjax.signature", "relaxjax.testing",
                           "relaxjax.__main__"]),
 ]

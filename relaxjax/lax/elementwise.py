@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..core import PRIMITIVES, Primitive
+from . import ad_util as au
 from . import complex_math as cm
 from .complex_parts import by_parts, packable
 from .util import broadcast_shapes, same_dtype
@@ -178,3 +179,96 @@ def scalar_reference(name: str):
     ``Op`` of that name, for the loop interpreter."""
     prim = PRIMITIVES.get(name)
     return prim.impl if prim is not None and prim.kind == "elementwise" else None
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse-mode rules (``Primitive.vjp``, see ``ad_util``): elementwise derivatives, the
+# cotangent of a broadcast operand summed back to its shape
+# ---------------------------------------------------------------------------------------
+
+def _unary_vjp(derivative):
+    """The rule of ``f(x)`` from ``derivative(x, out)``, the tracer of f'(x)."""
+    def rule(ct, x, *, out, **params):
+        return (mul.bind(ct, derivative(x, out)),)
+    return rule
+
+
+def _zero_vjp(ct, *operands, out, **params):
+    """Piecewise-constant ops (rounding, sign, comparisons): the derivative is 0."""
+    return tuple(au.zeros_like(x) if dt.is_float(x.dtype) else None for x in operands)
+
+
+def _recip(x):
+    return div.bind(au.const(x, 1), x)
+
+
+for _prim, _d in [
+        (exp, lambda x, o: o), (exp2, lambda x, o: mul.bind(o, au.const(x, math.log(2)))),
+        (expm1, lambda x, o: add.bind(o, au.const(x, 1))), (log, lambda x, o: _recip(x)),
+        (log2, lambda x, o: _recip(mul.bind(x, au.const(x, math.log(2))))),
+        (log10, lambda x, o: _recip(mul.bind(x, au.const(x, math.log(10))))),
+        (log1p, lambda x, o: _recip(add.bind(x, au.const(x, 1)))),
+        (sqrt, lambda x, o: div.bind(au.const(x, 0.5), o)),
+        (sin, lambda x, o: cos.bind(x)), (cos, lambda x, o: neg.bind(sin.bind(x))),
+        (tan, lambda x, o: add.bind(au.const(x, 1), mul.bind(o, o))),
+        (tanh, lambda x, o: sub.bind(au.const(x, 1), mul.bind(o, o))),
+        (sinh, lambda x, o: cosh.bind(x)), (cosh, lambda x, o: sinh.bind(x)),
+        (asin, lambda x, o: _recip(sqrt.bind(sub.bind(au.const(x, 1), mul.bind(x, x))))),
+        (acos, lambda x, o: neg.bind(_recip(sqrt.bind(sub.bind(au.const(x, 1), mul.bind(x, x)))))),
+        (atan, lambda x, o: _recip(add.bind(au.const(x, 1), mul.bind(x, x)))),
+        (asinh, lambda x, o: _recip(sqrt.bind(add.bind(mul.bind(x, x), au.const(x, 1))))),
+        (acosh, lambda x, o: _recip(sqrt.bind(sub.bind(mul.bind(x, x), au.const(x, 1))))),
+        (atanh, lambda x, o: _recip(sub.bind(au.const(x, 1), mul.bind(x, x)))),
+        (erf, lambda x, o: mul.bind(au.const(x, 2 / math.sqrt(math.pi)), exp.bind(neg.bind(mul.bind(x, x))))),
+        (reciprocal, lambda x, o: neg.bind(mul.bind(o, o))),
+        (abs, lambda x, o: sign.bind(x))]:
+    _prim.vjp = _unary_vjp(_d)
+for _prim in (sign, floor, ceil, trunc, round, floor_div, rem, eq, ne, lt, le, gt, ge, is_nan,
+              is_inf, is_finite):
+    _prim.vjp = _zero_vjp
+del _prim, _d
+
+neg.vjp = lambda ct, x, *, out: (neg.bind(ct),)
+add.vjp = lambda ct, x, y, *, out: (au.unbroadcast(ct, x), au.unbroadcast(ct, y))
+sub.vjp = lambda ct, x, y, *, out: (au.unbroadcast(ct, x), au.unbroadcast(neg.bind(ct), y))
+mul.vjp = lambda ct, x, y, *, out: (au.unbroadcast(mul.bind(ct, y), x),
+                                    au.unbroadcast(mul.bind(ct, x), y))
+div.vjp = lambda ct, x, y, *, out: (au.unbroadcast(div.bind(ct, y), x),
+                                    au.unbroadcast(neg.bind(div.bind(mul.bind(ct, out), y)), y))
+
+
+def _pow_vjp(ct, x, y, *, out):
+    """d(x^y) = y x^(y-1) dx + log(x) x^y dy (the second 0 where x^y is 0, as JAX)."""
+    dx = mul.bind(ct, mul.bind(y, pow.bind(x, sub.bind(y, au.const(y, 1)))))
+    safe = select.bind(eq.bind(x, au.const(x, 0)), au.const(x, 1), x)
+    dy = mul.bind(ct, select.bind(eq.bind(out, au.const(out, 0)), au.const(out, 0),
+                                  mul.bind(log.bind(safe), out)))
+    return au.unbroadcast(dx, x), au.unbroadcast(dy, y)
+
+
+def _extremum_vjp(pick_first):
+    """max/min: the cotangent goes to the operand chosen (the first on a tie)."""
+    def rule(ct, x, y, *, out):
+        first = pick_first(x, y)
+        zero = au.const(ct, 0)
+        return (au.unbroadcast(select.bind(first, ct, zero), x),
+                au.unbroadcast(select.bind(first, zero, ct), y))
+    return rule
+
+
+def _select_vjp(ct, p, a, b, *, out):
+    zero = au.const(ct, 0)
+    return None, au.unbroadcast(select.bind(p, ct, zero), a), au.unbroadcast(select.bind(p, zero, ct), b)
+
+
+def _convert_vjp(ct, x, *, out, dtype, weak=False):
+    if not (dt.is_float(x.dtype) and dt.is_float(np.dtype(dtype))):
+        return (au.zeros_like(x) if dt.is_float(x.dtype) else None,)
+    return (convert.bind(ct, dtype=x.dtype, weak=x.weak_type),)
+
+
+pow.vjp = _pow_vjp
+max.vjp = _extremum_vjp(lambda x, y: ge.bind(x, y))
+min.vjp = _extremum_vjp(lambda x, y: le.bind(x, y))
+select.vjp = _select_vjp
+convert.vjp = _convert_vjp

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Primitive, Tracer, current_trace
+from ..core import PRIMITIVES, Primitive, Tracer, current_trace
 from ..errors import ShapeError
 from ..ir import Binding, TensorType, Var
 from ..library import LibraryFunc
 from ..shapes import dim_str
+from .ad_util import unbroadcast
 from .util import broadcast_shapes, same_dtype
 
 
@@ -50,3 +51,18 @@ _matmul_complex.takes_packed = True
 matmul = Primitive("matmul", shape_rule=_matmul_shape, dtype_rule=_matmul_dtype,
                    impl=lambda a, b: np.matmul(a, b), kind="output_fusable",
                    complex_rule=_matmul_complex)
+
+
+def _swap(x):
+    """The last two axes swapped."""
+    n = x.ndim
+    return PRIMITIVES["transpose"].bind(x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def _matmul_vjp(ct, a, b, *, out):
+    """d(a @ b) = da @ b + a @ db: a's cotangent ct @ b^T, b's a^T @ ct, each summed over
+    the batch dims it was broadcast along."""
+    return (unbroadcast(matmul.bind(ct, _swap(b)), a), unbroadcast(matmul.bind(_swap(a), ct), b))
+
+
+matmul.vjp = _matmul_vjp

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Primitive
+from . import ad_util as au
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str
@@ -81,3 +82,24 @@ cumsum = _cumulative("cumsum", lambda x, axis: np.cumsum(x, axis=axis, dtype=x.d
 cumprod = _cumulative("cumprod", lambda x, axis: np.cumprod(x, axis=axis, dtype=x.dtype))
 cummax = _cumulative("cummax", np.maximum.accumulate)
 cummin = _cumulative("cummin", np.minimum.accumulate)
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse-mode rules (``Primitive.vjp``, see ``ad_util``)
+# ---------------------------------------------------------------------------------------
+
+def _sum_vjp(ct, x, *, out, axes):
+    return (au.expand(ct, tuple(axes), tuple(x.type.shape)),)
+
+
+def _extremum_vjp(ct, x, *, out, axes):
+    """max/min: the cotangent shared equally among the elements that attain the extremum
+    (JAX's rule)."""
+    axes, shape = tuple(axes), tuple(x.type.shape)
+    hit = au.bind("convert", au.bind("eq", x, au.expand(out, axes, shape)), dtype=x.dtype)
+    count = au.expand(reduce_sum.bind(hit, axes=axes), axes, shape)
+    return (au.bind("div", au.bind("mul", au.expand(ct, axes, shape), hit), count),)
+
+
+reduce_sum.vjp = _sum_vjp
+reduce_max.vjp = reduce_min.vjp = _extremum_vjp

@@ -9,6 +9,7 @@ import builtins
 import numpy as np
 
 from ..core import Primitive
+from . import ad_util as au
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
@@ -141,3 +142,46 @@ iota = Primitive("iota", shape_rule=_iota_shape, dtype_rule=lambda *, shape, dim
                      np.arange(shape[dimension], dtype=dtype).reshape(
                          [-1 if i == dimension else 1 for i in range(len(shape))]), shape).copy(),
                  kind="injective")
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse-mode rules (``Primitive.vjp``, see ``ad_util``): layout ops move the cotangent back
+# ---------------------------------------------------------------------------------------
+
+def _inverse(perm) -> tuple:
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return tuple(inv)
+
+
+def _slice_vjp(ct, x, *, out, start, size, step):
+    """The cotangent in place, zeros around it (a unit-step slice; strided ones raise)."""
+    if any(s != 1 for s in step):
+        raise NotImplementedError("grad of a strided slice (x[::k]) is not implemented yet")
+    high = tuple(d - b - n for d, b, n in zip(x.type.shape, start, size))
+    return (pad.bind(ct, au.const(ct, 0), low=tuple(start), high=high),)
+
+
+def _concatenate_vjp(ct, *xs, out, axis):
+    outs, off = [], 0
+    for x in xs:
+        n = x.type.shape[axis]
+        start = tuple(off if k == axis else 0 for k in range(x.ndim))
+        outs.append(slice.bind(ct, start=start, size=tuple(x.type.shape), step=(1,) * x.ndim))
+        off = off + n
+    return tuple(outs)
+
+
+def _pad_vjp(ct, x, v, *, out, low, high):
+    part = slice.bind(ct, start=tuple(low), size=tuple(x.type.shape), step=(1,) * x.ndim)
+    total = au.bind("reduce_sum", ct, axes=tuple(range(ct.ndim)))
+    return part, au.bind("sub", total, au.bind("reduce_sum", part, axes=tuple(range(ct.ndim))))
+
+
+reshape.vjp = lambda ct, x, *, out, new_sizes: (reshape.bind(ct, new_sizes=tuple(x.type.shape)),)
+transpose.vjp = lambda ct, x, *, out, perm: (transpose.bind(ct, perm=_inverse(perm)),)
+broadcast_to.vjp = lambda ct, x, *, out, shape: (au.unbroadcast(ct, x),)
+slice.vjp = _slice_vjp
+concatenate.vjp = _concatenate_vjp
+pad.vjp = _pad_vjp

@@ -1,0 +1,216 @@
+"""Reverse-mode differentiation with JAX's names and semantics: ``vjp``, ``grad`` and
+``value_and_grad``.
+
+An interpreter over the traced program, run backwards (autodidax's design): the function
+runs on the trace's tracers, its bindings are recorded as they are emitted, then cotangents
+flow through those bindings in reverse, each primitive's ``vjp`` rule (defined with the
+primitive in ``relaxjax.lax``, next to its shape and dtype rules; see ``lax.ad_util``)
+emitting the backward computation into the same trace.  The derivative is therefore part of
+the one traced program: fused, memory-planned and compiled once for every shape, like any
+function under ``jit``.  Called on NumPy arrays, the transformed function is jit-compiled
+(once per transformed function, for all shapes).
+
+Not yet here (each raises an error that names it): forward mode (``jvp``), ``vmap``,
+derivatives through control flow (``fori_loop``, ``while_loop``, ``scan``, ``cond``), of
+gathers and scatters, of loop-level programs and library calls.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from . import dtypes as dt
+from .core import PRIMITIVES, Tracer, current_trace, find_trace
+from .ir import Var
+from .jit import jit
+from .lax.ad_util import same_shape
+from .lax.complex_parts import scalar
+
+__all__ = ["vjp", "grad", "value_and_grad"]
+
+
+def _leaves(tree) -> tuple[list, Any]:
+    return optree.tree_flatten(tree, none_is_leaf=False)
+
+
+def _differentiable(x: Tracer, what: str) -> None:
+    if not dt.is_float(x.dtype):
+        raise TypeError(f"{what} has dtype {x.dtype}: only floating-point inputs have gradients "
+                        f"(convert integers with .astype(float))")
+
+
+class _Recording:
+    """``fun`` run on fresh copies of the inputs, with the bindings it emitted."""
+
+    def __init__(self, fun: Callable, primals: Sequence, what: str):
+        ctx = current_trace()
+        convert = PRIMITIVES["convert"]
+        self.ctx = ctx
+        self.in_trees, self.inputs = [], []
+        args = []
+        for k, p in enumerate(primals):
+            leaves, tree = _leaves(p)
+            copies = []
+            for j, leaf in enumerate(leaves):
+                t = leaf if isinstance(leaf, Tracer) and leaf.ctx is ctx else Tracer(ctx, ctx.atom(leaf))
+                _differentiable(t, f"{what}: input {k}" + (f" leaf {j}" if len(leaves) > 1 else ""))
+                # a binding of its own: the input's uses inside ``fun`` are told apart from
+                # every other use of the same value (x passed twice, a closure over it)
+                copies.append(convert.bind(t, dtype=t.dtype, weak=t.weak_type))
+            self.in_trees.append(tree)
+            self.inputs.append(copies)
+            args.append(optree.tree_unflatten(tree, copies))
+        self.start = len(ctx.bindings)
+        self.out = fun(*args)
+        self.bindings = ctx.bindings[self.start:]
+        # the float values computed from the inputs: only they take cotangents (a mask
+        # built from an arange, an index computed from dims, need no rule)
+        self.active = {x.atom for xs in self.inputs for x in xs}
+        for b in self.bindings:
+            if any(isinstance(a, Var) and a in self.active for a in b.args):
+                self.active.update(v for v in b.outvars if dt.is_float(v.type.dtype))
+
+    def backward(self, seeds: list) -> list:
+        """The inputs' cotangents (trees like the inputs) from ``seeds``: (output tracer,
+        its cotangent) pairs."""
+        ct: dict = {}
+        for out, c in seeds:
+            if isinstance(out, Tracer) and isinstance(out.atom, Var):
+                _accumulate(ct, out.atom, c)
+        ctx = self.ctx
+        for b in reversed(self.bindings):
+            cts = [ct.pop(v, None) for v in b.outvars]
+            if all(c is None for c in cts) or not any(v in self.active for v in b.outvars):
+                continue
+            rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else None
+            if rule is None or len(b.outvars) != 1:
+                raise NotImplementedError(_no_rule(b))
+            ins = [Tracer(ctx, a) for a in b.args]
+            got = rule(cts[0], *ins, out=Tracer(ctx, b.outvars[0]), **b.params)
+            for a, c in zip(b.args, got):
+                if c is not None and isinstance(a, Var) and a in self.active:
+                    _accumulate(ct, a, c)
+        grads = []
+        for tree, copies in zip(self.in_trees, self.inputs):
+            leaves = [ct.get(x.atom) for x in copies]
+            leaves = [g if g is not None else _zeros(x) for g, x in zip(leaves, copies)]
+            grads.append(optree.tree_unflatten(tree, leaves))
+        return grads
+
+
+def _accumulate(ct: dict, v: Var, c: Tracer) -> None:
+    if not same_shape(tuple(c.type.shape), tuple(v.type.shape)) or c.dtype != v.type.dtype:
+        raise AssertionError(f"internal error: a cotangent of type {c.dtype}{list(c.type.shape)} "
+                             f"for a value of type {v.type}")
+    prev = ct.get(v)
+    ct[v] = c if prev is None else PRIMITIVES["add"].bind(prev, c)
+
+
+def _zeros(x: Tracer) -> Tracer:
+    return PRIMITIVES["broadcast_to"].bind(scalar(0, x.dtype), shape=tuple(x.type.shape))
+
+
+def _no_rule(b) -> str:
+    where = f" (traced at {b.source})" if b.source else ""
+    name = b.callee.name
+    if b.kind in ("tir", "library"):
+        return (f"grad through the {'loop-level program' if b.kind == 'tir' else 'library call'} "
+                f"{name}{where} is not supported: relaxjax has no derivative rule for it "
+                f"(custom_vjp is not implemented yet)")
+    if getattr(b.callee, "kind", None) == "control":
+        return f"grad through {name}{where} is not implemented yet (loops and branches have no rule)"
+    return f"grad of {name}{where} is not implemented yet (the primitive has no vjp rule)"
+
+
+def _traced_or_jitted(transformed: Callable) -> Callable:
+    """``transformed`` when called inside a trace (on tracers), else jit-compiled: NumPy
+    arguments are traced once per transformed function, for all shapes."""
+    jitted = []
+
+    @functools.wraps(transformed)
+    def call(*args, **kwargs):
+        if current_trace() is not None or find_trace(list(args)) is not None:
+            return transformed(*args, **kwargs)
+        if not jitted:
+            jitted.append(jit(transformed))
+        return jitted[0](*args, **kwargs)
+    return call
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+    """``(fun(*primals), vjp_fn)``, and ``aux`` third with ``has_aux``: ``vjp_fn(ct)`` gives
+    the cotangents of the primals (a tuple, trees like them) for a cotangent ``ct`` of the
+    output (a tree like it).  Inside ``jit`` (or another transformation's trace)."""
+    if current_trace() is None:
+        raise TypeError("relaxjax.vjp runs inside a trace (a function under rj.jit); use "
+                        "rj.grad / rj.value_and_grad, which compile themselves, on NumPy arrays")
+    rec = _Recording(fun, primals, "vjp")
+    out, aux = (rec.out, None) if not has_aux else _split_aux(rec.out)
+
+    def vjp_fn(ct):
+        outs, tree = _leaves(out)
+        cts, ct_tree = _leaves(ct)
+        if ct_tree != tree:
+            raise ValueError(f"vjp_fn: the cotangent's structure {ct_tree} is not the output's {tree}")
+        seeds = []
+        for k, (o, c) in enumerate(zip(outs, cts)):
+            c = c if isinstance(c, Tracer) else Tracer(rec.ctx, rec.ctx.atom(np.asarray(c, o.dtype)))
+            if c.ndim != o.ndim or c.dtype != o.dtype:
+                raise ValueError(f"vjp_fn: cotangent {k} has type {c.type}; the output has {o.type}")
+            for ax, (cd, od) in enumerate(zip(c.type.shape, o.type.shape)):
+                rec.ctx.env.require_eq(cd, od, f"vjp_fn: cotangent {k} axis {ax} against the output's")
+            seeds.append((o, c))
+        return tuple(rec.backward(seeds))
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _split_aux(out):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError("has_aux=True: the function must return a pair (output, aux)")
+    return out[0], out[1]
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """``fun``'s value and its gradient with respect to the arguments ``argnums`` (an int:
+    one gradient; a tuple: a tuple of them), like ``jax.value_and_grad``.  ``fun`` returns
+    a float scalar (with ``has_aux``, a pair (scalar, aux); the result is then ((value, aux),
+    grad)).  Compiled on first call with NumPy arrays, once for all shapes."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def transformed(*args, **kwargs):
+        for n in nums:
+            if not -len(args) <= n < len(args):
+                raise ValueError(f"argnums {n} is out of range for {len(args)} positional arguments")
+        nums_ = [n % len(args) for n in nums]
+
+        def partial(*diff):
+            full = list(args)
+            for n, d in zip(nums_, diff):
+                full[n] = d
+            return fun(*full, **kwargs)
+        rec = _Recording(partial, [args[n] for n in nums_], "grad")
+        out, aux = (rec.out, None) if not has_aux else _split_aux(rec.out)
+        if not isinstance(out, Tracer) or out.ndim != 0 or not dt.is_float(out.dtype):
+            what = f"an array of shape {tuple(out.type.shape)} and dtype {out.dtype}" \
+                if isinstance(out, Tracer) else type(out).__name__
+            raise TypeError(f"grad requires a function returning a float scalar; it returned "
+                            f"{what} (rj.vjp differentiates other outputs)")
+        grads = rec.backward([(out, scalar(1, out.dtype))])
+        g = grads[0] if isinstance(argnums, int) else tuple(grads)
+        return ((out, aux), g) if has_aux else (out, g)
+    return _traced_or_jitted(functools.wraps(fun)(transformed))
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of ``fun`` (a float scalar function) with respect to arguments
+    ``argnums``, like ``jax.grad``; with ``has_aux``, (gradient, aux)."""
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def g(*args, **kwargs):
+        value, grads = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+    return g

@@ -1,0 +1,58 @@
+"""What the primitives' reverse-mode rules (``Primitive.vjp``) share: constants in the
+running trace, and summing a cotangent back to the shape of an operand that was broadcast.
+
+A rule is ``vjp(ct, *operands, out=result, **params)``: ``ct`` is the cotangent of the
+result (the tracer of a value of its shape and dtype), the operands and the result are the
+forward values (tracers); it returns one cotangent per operand, None for an operand that
+takes none (an index, a predicate).  Primitives are looked up by name when a rule runs (the
+modules defining them import this one)."""
+from __future__ import annotations
+
+from ..core import PRIMITIVES, Tracer, current_trace
+from .complex_parts import scalar
+
+
+def bind(name: str, *args, **params):
+    return PRIMITIVES[name].bind(*args, **params)
+
+
+def const(x: Tracer, value: float) -> Tracer:
+    """A 0-d constant of ``x``'s dtype."""
+    return scalar(value, x.dtype)
+
+
+def zeros_like(x: Tracer) -> Tracer:
+    return bind("broadcast_to", const(x, 0), shape=tuple(x.type.shape))
+
+
+def same_dim(a, b) -> bool:
+    """Two dims provably equal in the running trace (under its guards: ``n == m``)."""
+    if a is b or a == b:
+        return True
+    env = current_trace().env
+    return env.try_prove("==", env.canon(a), env.canon(b)) is True
+
+
+def same_shape(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
+
+
+def unbroadcast(ct: Tracer, operand: Tracer) -> Tracer:
+    """``ct`` (of the broadcast result's shape) summed over the axes ``operand`` was
+    broadcast along, in ``operand``'s shape: leading axes it lacks, and axes where its dim
+    is not (provably) the result's -- broadcasting only stretches a 1."""
+    cs, os_ = tuple(ct.type.shape), tuple(operand.type.shape)
+    lead = len(cs) - len(os_)
+    axes = list(range(lead)) + [lead + k for k, d in enumerate(os_) if not same_dim(d, cs[lead + k])]
+    if axes:
+        ct = bind("reduce_sum", ct, axes=tuple(axes))
+    if not same_shape(tuple(ct.type.shape), os_) or len(ct.type.shape) != len(os_):
+        ct = bind("reshape", ct, new_sizes=os_)
+    return ct
+
+
+def expand(ct: Tracer, axes: tuple, shape: tuple) -> Tracer:
+    """A reduction's cotangent (axes ``axes`` of ``shape`` reduced away) broadcast back to
+    ``shape``."""
+    kept = [1 if k in axes else d for k, d in enumerate(shape)]
+    return bind("broadcast_to", bind("reshape", ct, new_sizes=tuple(kept)), shape=tuple(shape))
