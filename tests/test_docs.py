@@ -24,6 +24,14 @@ def test_quickstart_compiles_once():
     assert "ShapeError: argument x: expected rank 2" in r.stdout
 
 
+def test_fit_example_learns_with_one_compile():
+    """examples/fit.py: SGD with rj.value_and_grad on batch sizes that change every epoch."""
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "fit.py")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr          # (it asserts the loss fell 10x)
+    assert "compiles: 1" in r.stdout, r.stdout
+
+
 def test_readme_llvm_block_prints_the_lowered_ir_it_shows(capsys):
     src = (ROOT / "README.md").read_text()
     code, shown = re.findall(r"## The LLVM backend\n\n```python\n(.*?)```\n[^\n]*prints[^\n]*\n```\n(.*?)```",
