@@ -15,6 +15,7 @@ Every relation a shape rule needs goes through a :class:`ShapeEnv`:
 """
 from __future__ import annotations
 
+import functools
 import keyword
 import math
 import operator
@@ -66,7 +67,14 @@ def is_symbolic(d: Any) -> bool:
 
 
 def free_symbols(d: Dim) -> frozenset:
-    return frozenset(d.free_symbols) if isinstance(d, sympy.Basic) else frozenset()
+    return _free_symbols(d) if isinstance(d, sympy.Basic) else frozenset()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _free_symbols(d: sympy.Basic) -> frozenset:
+    # (SymPy walks the expression on every call; passes ask for the same dims' symbols
+    # thousands of times: DCE, printing, memory planning)
+    return frozenset(d.free_symbols)
 
 
 def same_dim(a: Dim, b: Dim) -> bool:

@@ -29,7 +29,7 @@ import numpy as np
 import sympy
 
 from ..ir import Function, Var, value_names
-from ..shapes import INF, Dim, ShapeEnv, dim_str, free_symbols, interval, normalize
+from ..shapes import INF, Dim, ShapeEnv, dim_str, eval_dim, free_symbols, interval, normalize
 from ..tir.analysis import inplace_input
 
 ALIGN = 64
@@ -236,6 +236,30 @@ def _upper(size: Dim, bounds: dict):
     return int(hi) if float(hi).is_integer() else int(hi) + 1
 
 
+_SAMPLES = (1, 2, 3, 37, 1000)
+
+
+def _refuted(env: ShapeEnv, a: Dim, b: Dim) -> bool:
+    """A counterexample to ``a >= b`` among a few points of the dims' ranges (every dim at
+    one value, clamped to its bounds): then no proof is tried.  The proofs are what planning
+    a convolution's buffers spends its time on, and most pairs of sizes are unrelated.  (A
+    point that breaks a guard can only cost a reuse, never a wrong one.)"""
+    syms = free_symbols(a) | free_symbols(b)
+    if not syms:
+        return False
+    for v in _SAMPLES:
+        values = {}
+        for x in syms:
+            lo, hi = env.bounds.get(x, (0, INF))
+            values[x.name] = int(min(max(v, lo), hi if hi != INF else v))
+        try:
+            if eval_dim(a, values) < eval_dim(b, values):
+                return True
+        except (ZeroDivisionError, ValueError):
+            continue
+    return False
+
+
 def _pick(env: ShapeEnv, free: list, size: Dim):
     """A dead storage for a value of ``size`` bytes: one of equal size; else the smallest
     that provably holds it; else the largest that can provably grow to it; else None."""
@@ -244,10 +268,12 @@ def _pick(env: ShapeEnv, free: list, size: Dim):
     for s in free:
         if s.size == size:
             return s
-    fits = [s for s in free if env.try_prove(">=", s.size, size) is True]
+    fits = [s for s in free if not _refuted(env, s.size, size) and
+            env.try_prove(">=", s.size, size) is True]
     if fits:
         return min(fits, key=lambda s: (_upper(s.size, env.bounds), s.index))
-    grows = [s for s in free if env.try_prove("<=", s.size, size) is True]
+    grows = [s for s in free if not _refuted(env, size, s.size) and
+             env.try_prove("<=", s.size, size) is True]
     if grows:
         return max(grows, key=lambda s: (_upper(s.size, env.bounds), -s.index))
     return None

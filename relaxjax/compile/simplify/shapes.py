@@ -19,6 +19,8 @@ def simplify_dim(d: Any, env: ShapeEnv) -> Any:
     where they can be.  Bare symbols are never replaced (they are what binds a dim)."""
     if not is_symbolic(d):
         return d
+    if isinstance(d, (sympy.Add, sympy.Mul)):       # (evaluated, if it was built unevaluated)
+        d = d.func(*d.args)
     e = _simp(sympy.sympify(d), env)
     e = normalize(sympy.expand(e)) if is_symbolic(e) else normalize(e)
     if is_symbolic(e) and e.has(sympy.Min, sympy.Max, sympy.floor, sympy.ceiling, sympy.Mod):
@@ -31,6 +33,7 @@ def _simp(e: sympy.Basic, env: ShapeEnv) -> sympy.Basic:
     if e.is_Atom:
         return e
     args = [_simp(a, env) for a in e.args]
+    same = all(a is b for a, b in zip(args, e.args))
     if isinstance(e, (sympy.Min, sympy.Max)):
         ge = ">=" if isinstance(e, sympy.Min) else "<="     # drop a when some kept b <= a (Min)
         keep: list = []
@@ -39,7 +42,11 @@ def _simp(e: sympy.Basic, env: ShapeEnv) -> sympy.Basic:
                 continue
             keep = [k for k in keep if env.try_prove(ge, k, a) is not True]
             keep.append(a)
-        return keep[0] if len(keep) == 1 else e.func(*keep)
+        if len(keep) == 1:
+            return keep[0]
+        # (SymPy's Min/Max constructor compares its arguments pairwise: slow, so skipped
+        # when nothing changed)
+        return e if same and len(keep) == len(args) else e.func(*keep)
     if isinstance(e, (sympy.floor, sympy.ceiling)):
         r = e.func(args[0])
         if isinstance(r, (sympy.floor, sympy.ceiling)):
@@ -56,7 +63,9 @@ def _simp(e: sympy.Basic, env: ShapeEnv) -> sympy.Basic:
                 env.try_prove("<", a, c) is True:
             return a
         return r
-    return e.func(*args)
+    # rebuilt only when an operand changed: SymPy re-evaluates a node whenever it is
+    # rebuilt (sorting a sum's terms, comparing a min's arguments), the bulk of this pass
+    return e if same else e.func(*args)
 
 
 def _simplify_shapes_fn(fn: Function) -> Function:
