@@ -94,6 +94,14 @@ def same_dim(a: Dim, b: Dim) -> bool:
 def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
+    if isinstance(b, int) and b > 0:
+        # a constant divisor (pooling, strides): exact when it divides every coefficient,
+        # else a floor -- without SymPy's polynomial cancellation, the slow part of tracing
+        # a network's shapes
+        terms = sympy.expand(a).as_coefficients_dict()
+        if all(c.is_Integer and int(c) % b == 0 for c in terms.values()):
+            return normalize(sympy.expand(sympy.sympify(a) / b))
+        return normalize(sympy.floor(sympy.sympify(a) / b))
     q = sympy.cancel(sympy.sympify(a) / b)
     if _integer_polynomial(q):
         # b divides a as polynomials: a // b is the quotient itself ((2n + 2) * m // (n + 1)
