@@ -26,7 +26,7 @@ from . import dtypes as dt
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
 from .jit import jit
-from .lax.ad_util import same_shape
+from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
 __all__ = ["vjp", "grad", "value_and_grad"]
@@ -96,7 +96,7 @@ class _Recording:
         grads = []
         for tree, copies in zip(self.in_trees, self.inputs):
             leaves = [ct.get(x.atom) for x in copies]
-            leaves = [g if g is not None else _zeros(x) for g, x in zip(leaves, copies)]
+            leaves = [g if g is not None else zeros_like(x) for g, x in zip(leaves, copies)]
             grads.append(optree.tree_unflatten(tree, leaves))
         return grads
 
@@ -107,10 +107,6 @@ def _accumulate(ct: dict, v: Var, c: Tracer) -> None:
                              f"for a value of type {v.type}")
     prev = ct.get(v)
     ct[v] = c if prev is None else PRIMITIVES["add"].bind(prev, c)
-
-
-def _zeros(x: Tracer) -> Tracer:
-    return PRIMITIVES["broadcast_to"].bind(scalar(0, x.dtype), shape=tuple(x.type.shape))
 
 
 def _no_rule(b) -> str:

@@ -307,42 +307,29 @@ def call_native(address: int, inputs: Sequence[np.ndarray], outputs: Sequence[np
 # Built-in registrations: the gemm that Legalize produces for float matmul
 # ---------------------------------------------------------------------------------------------
 
-def _matmul_numpy(a, b, out):
-    if out.size:
-        np.matmul(a, b, out=out)
-
-
-def _matmul_cuda(a, b, out):
-    import cupy
-    if out.size:
-        cupy.matmul(a, b, out=out)
-
-
-for _n, _d in (("blas.sgemm", "float32"), ("blas.dgemm", "float64")):
-    # cpu: the LLVM backend emits the (batched, broadcast) CBLAS call itself
-    register_library(_n, cpu=BUILTIN, numpy=_matmul_numpy, cuda=_matmul_cuda, num_inputs=2,
-                     num_outputs=1, out_dtypes=[_d])
-del _n, _d
-
-
 def _cupy_matmul(a, b, out):
     import cupy
     cupy.matmul(a, b, out=out)
 
 
-def _complex_matmul(xp_matmul, complex_dtype):
-    """Complex matmul on operands packed as (..., 2) real arrays (viewed as complex)."""
+def _matmul(xp_matmul, complex_dtype=None):
+    """``out = a @ b`` through NumPy's or CuPy's matmul; with ``complex_dtype``, on operands
+    packed as (..., 2) real arrays, viewed as that complex dtype."""
+    def view(x):
+        return x if complex_dtype is None else x.view(complex_dtype)[..., 0]
+
     def run(a, b, out):
         if out.size:
-            view = lambda x: x.view(complex_dtype)[..., 0]      # noqa: E731
             xp_matmul(view(a), view(b), out=view(out))
     return run
 
 
-for _n, _d, _c in (("blas.cgemm", "float32", "complex64"), ("blas.zgemm", "float64", "complex128")):
-    register_library(_n, cpu=BUILTIN, numpy=_complex_matmul(np.matmul, _c),
-                     cuda=_complex_matmul(_cupy_matmul, _c), num_inputs=2, num_outputs=1,
-                     out_dtypes=[_d])
+# cpu: the LLVM backend emits the (batched, broadcast) CBLAS call itself; the complex gemms
+# take their operands packed (the layout complex values have after SplitComplex)
+for _n, _d, _c in (("blas.sgemm", "float32", None), ("blas.dgemm", "float64", None),
+                   ("blas.cgemm", "float32", "complex64"), ("blas.zgemm", "float64", "complex128")):
+    register_library(_n, cpu=BUILTIN, numpy=_matmul(np.matmul, _c), cuda=_matmul(_cupy_matmul, _c),
+                     num_inputs=2, num_outputs=1, out_dtypes=[_d])
 del _n, _d, _c
 
 

@@ -28,12 +28,14 @@ from ..ir import Binding, Function, IRModule, Var
 from ..shapes import ShapeEnv, prod
 from ..tir.analysis import classify_primfunc
 from .fuse_tir import FusionError, fused_primfunc
+from .gram import SYRK
+from .lowering import BLAS
 from .passes import Pass
 from .value_ranges import ValueRanges
 
 INJECTIVE_KINDS = {"elementwise", "broadcast", "injective"}
-OUTPUT_FUSABLE_LIBRARY = {"blas.sgemm", "blas.dgemm", "blas.ssyrk", "blas.dsyrk", "blas.ssyrk_tn",
-                          "blas.dsyrk_tn"}
+# library calls an elementwise epilogue can follow: the real gemms and syrks
+OUTPUT_FUSABLE_LIBRARY = set(BLAS.values()) | set(SYRK.values())
 FUSABLE_REDUCTIONS = {"reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and",
                       "reduce_or"}
 

@@ -116,16 +116,16 @@ def _reshaped_from(bindings: list, v, src) -> bool:
     return True
 
 
-def _chain(bindings: list, first: int, second: int, A, programs: dict) -> list:
-    """``ax = A @ x`` (binding ``first``) and ``ax' @ A`` (``second``, ax' a reshape of ax) as
-    one chained pair program and a sum of its partial rows."""
-    right, left = bindings[first], bindings[second]
+def _pair_calls(A, right: Binding, left: Binding, programs: dict, chained: bool, source) -> tuple:
+    """The pair program's call (computing ``right``'s ``A @ x`` and partial rows of
+    ``left``'s ``y @ A``; ``y`` is ``A @ x`` itself when ``chained``) and the sum of the
+    partial rows."""
     part = Var(TensorType((BLOCKS, 1, A.type.shape[1]), A.type.dtype), "part")
-    name = new_name(programs, "matvec_chain")
-    prog = programs[name] = pair_program(A.type, name, chained=True)
-    call = Binding([right.outvars[0], part], prog, [A, right.args[1]], {}, right.source)
-    total = Binding([left.outvars[0]], reduce_sum, [part], {"axes": (0,)}, left.source)
-    return bindings[:first] + [call] + bindings[first + 1:second] + [total] + bindings[second + 1:]
+    name = new_name(programs, "matvec_chain" if chained else "matvec_pair")
+    prog = programs[name] = pair_program(A.type, name, chained)
+    args = [A, right.args[1]] + ([] if chained else [left.args[0]])
+    return (Binding([right.outvars[0], part], prog, args, {}, source),
+            Binding([left.outvars[0]], reduce_sum, [part], {"axes": (0,)}, source))
 
 
 def _pair_up(fn: Function, programs: dict) -> Function:
@@ -147,7 +147,10 @@ def _pair_up(fn: Function, programs: dict) -> Function:
             tainted = _dependents(bindings, other)
             if _reads(b, tainted):
                 if side == "left" and _reshaped_from(bindings, b.args[0], first.outvars[0]):
-                    bindings = _chain(bindings, other, idx, A, programs)    # (A @ x) @ A
+                    # (A @ x) @ A: the pair where the first product was, its sum at the second
+                    call, total = _pair_calls(A, first, b, programs, True, b.source)
+                    bindings = bindings[:other] + [call] + bindings[other + 1:idx] + [total] + \
+                        bindings[idx + 1:]
                     done = False
                     break
                 continue                   # the later product reads the earlier one's result
@@ -156,14 +159,7 @@ def _pair_up(fn: Function, programs: dict) -> Function:
             later = [c for c in between if _reads(c, tainted)]
             before = [c for c in between if not _reads(c, tainted)]
             right, left = (first, b) if side == "left" else (b, first)
-            x = right.args[1]
-            y = left.args[0]
-            dt = A.type.dtype
-            part = Var(TensorType((BLOCKS, 1, A.type.shape[1]), dt), "part")
-            name = new_name(programs, "matvec_pair")
-            prog = programs[name] = pair_program(A.type, name)
-            call = Binding([right.outvars[0], part], prog, [A, x, y], {}, b.source)
-            total = Binding([left.outvars[0]], reduce_sum, [part], {"axes": (0,)}, b.source)
+            call, total = _pair_calls(A, right, left, programs, False, b.source)
             bindings = bindings[:other] + before + [call, total] + later + bindings[idx + 1:]
             done = False
             break

@@ -29,7 +29,7 @@ import numpy as np
 import sympy
 
 from ..ir import Function, Var, value_names
-from ..shapes import INF, Dim, ShapeEnv, dim_str, eval_dim, free_symbols, interval, normalize
+from ..shapes import DEFAULT_BOUNDS, INF, Dim, ShapeEnv, dim_str, eval_dim, free_symbols, interval, normalize
 from ..tir.analysis import inplace_input
 
 ALIGN = 64
@@ -250,8 +250,8 @@ def _refuted(env: ShapeEnv, a: Dim, b: Dim) -> bool:
     for v in _SAMPLES:
         values = {}
         for x in syms:
-            lo, hi = env.bounds.get(x, (0, INF))
-            values[x.name] = int(min(max(v, lo), hi if hi != INF else v))
+            lo, hi = env.bounds.get(x, DEFAULT_BOUNDS)
+            values[x.name] = int(max(v, lo) if hi == INF else min(max(v, lo), hi))
         try:
             if eval_dim(a, values) < eval_dim(b, values):
                 return True

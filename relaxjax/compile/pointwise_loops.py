@@ -34,7 +34,7 @@ from ..ir import Binding, Function, Literal, regions
 from ..shapes import ShapeEnv, is_symbolic
 from ..tir import Buffer, Const, For, Load, Local, PrimFunc, Seq, Store, from_sympy, op
 from ..tir.share import bind_shared
-from .fuse import INJECTIVE_KINDS
+from .fuse import GATHERS, INJECTIVE_KINDS
 from .fuse_tir import FusionError, _Builder
 from .lowering import scalar_literal_expr
 from .passes import Pass, new_name, rewrite_functions
@@ -55,7 +55,7 @@ def _point_axes(env: ShapeEnv, shapes: list) -> tuple:
         raise _NotPointwise("a carry is a scalar")
     trailing = []
     for s in shapes:
-        if any(env.try_prove("==", a, b) is not True for a, b in zip(s, points)):
+        if not env.same_shape(s[:len(points)], points):
             raise _NotPointwise("the carries do not share their leading axes")
         rest = s[len(points):]
         if any(is_symbolic(d) for d in rest) or int(np.prod(rest, dtype=np.int64)) > MAX_ELEMENTS:
@@ -68,7 +68,7 @@ def _check_body(body: Function) -> None:
     for b in body.bindings:
         if b.kind != "primitive" or regions(b) or len(b.outvars) != 1 or \
                 getattr(b.callee, "kind", None) not in INJECTIVE_KINDS or \
-                b.callee.name in ("take", "take_along_axis"):
+                b.callee.name in GATHERS:
             raise _NotPointwise(f"{b.callee.name} is not a pointwise primitive")
     if any(isinstance(r, Literal) for r in body.results):
         raise _NotPointwise("a carry's new value is a constant")

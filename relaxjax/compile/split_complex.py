@@ -150,7 +150,7 @@ def split_function(fn: Function) -> Function:
 
 
 def _packed_layout(ctx: TraceContext, b: Binding, rule, vals: dict, operand):
-    """A layout op on packed operands (``complex_parts.layout``), when its rule has a packed
+    """An op on packed operands (``complex_parts.packable``), when its rule has a packed
     form and every complex operand is packed already; else None.  Its result's type is the
     traced one's packed (the trace checked the shapes: a reshape's element count proved
     under guards is not proved again from a product with the 2 in it)."""

@@ -46,7 +46,7 @@ def unbroadcast(ct: Tracer, operand: Tracer) -> Tracer:
     axes = list(range(lead)) + [lead + k for k, d in enumerate(os_) if not same_dim(d, cs[lead + k])]
     if axes:
         ct = bind("reduce_sum", ct, axes=tuple(axes))
-    if not same_shape(tuple(ct.type.shape), os_) or len(ct.type.shape) != len(os_):
+    if not same_shape(tuple(ct.type.shape), os_):
         ct = bind("reshape", ct, new_sizes=os_)
     return ct
 

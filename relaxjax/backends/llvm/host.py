@@ -289,7 +289,14 @@ class SegmentEmitter(KernelEmitter):
         ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
         if letter in "cz":              # packed: the matrices' shapes without the trailing 2
             ash, bsh, osh = ash[:-1], bsh[:-1], osh[:-1]
-            ty = f"[2 x {ty}]"
+            # CBLAS's complex functions take alpha = 1 and beta = 0 by pointer
+            part, ty = ty, f"[2 x {ty}]"
+            one, zero = f"@rj_one_{part}", f"@rj_zero_{part}"
+            self.helpers_used.add(f"{one} = private unnamed_addr constant {ty} [{part} 1.0, {part} 0.0]")
+            self.helpers_used.add(f"{zero} = private unnamed_addr constant {ty} zeroinitializer")
+            scalars = (f"ptr {one}", f"ptr {zero}")
+        else:
+            scalars = (f"{ty} 1.0", f"{ty} 0.0")
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
         nb = len(osh) - 2
         pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
@@ -303,7 +310,7 @@ class SegmentEmitter(KernelEmitter):
                 rows = rows * from_sympy(d)
             M, nb = self._expr(rows), 0
         if nb == 0:
-            self._gemm_call(sym, ty, M, N, K, pa, lda, pb, ldb, pc)
+            self._gemm_call(sym, scalars, M, N, K, pa, lda, pb, ldb, pc)
             return
         # batch loop: t over the output's batch elements; operands broadcast their batch dims
         t = tir.Var("t")
@@ -344,7 +351,7 @@ class SegmentEmitter(KernelEmitter):
         for p, shape in ((pa, ash), (pb, bsh), (pc, osh)):
             off = self._expr(offset(shape))
             ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
-        self._gemm_call(sym, ty, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
+        self._gemm_call(sym, scalars, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
         fn.emit(f"br label %{latch}")
         fn.start_block(latch)
         fn.emit(f"{nxt} = add nsw i64 {i}, 1")
@@ -352,21 +359,13 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(done)
         del self.env["t"]
 
-    def _gemm_call(self, sym, ty, M, N, K, pa, lda, pb, ldb, pc) -> None:
+    def _gemm_call(self, sym, scalars, M, N, K, pa, lda, pb, ldb, pc) -> None:
         """C = A @ B; a product with one column (N == 1) or one row (M == 1) is a gemv,
-        which OpenBLAS runs several times faster than a gemm of that shape.  A complex
-        element type (``[2 x double]``) passes alpha = 1 and beta = 0 by pointer, as CBLAS's
-        complex functions take them."""
+        which OpenBLAS runs several times faster than a gemm of that shape.  ``scalars``:
+        alpha = 1 and beta = 0 as the call's operands."""
         # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112; ldc = max(N, 1) like ldb
         fn = self.fn
-        if ty.startswith("["):
-            part = ty[5:-1]
-            one, zero = f"@rj_one_{part}", f"@rj_zero_{part}"
-            self.helpers_used.add(f"{one} = private unnamed_addr constant {ty} [{part} 1.0, {part} 0.0]")
-            self.helpers_used.add(f"{zero} = private unnamed_addr constant {ty} zeroinitializer")
-            alpha, beta = f"ptr {one}", f"ptr {zero}"
-        else:
-            alpha, beta = f"{ty} 1.0", f"{ty} 0.0"
+        alpha, beta = scalars
         nz = fn.val("i64", f"mul i64 {M}, {N}")
         go = fn.val("i1", f"icmp sgt i64 {nz}, 0")
         yes, no = fn.label("gcall"), fn.label("gskip")
