@@ -312,28 +312,36 @@ def _cupy_matmul(a, b, out):
     cupy.matmul(a, b, out=out)
 
 
-def _matmul(xp_matmul, complex_dtype=None):
+def _matmul(xp_matmul, complex_dtype=None, form: str = "nn"):
     """``out = a @ b`` through NumPy's or CuPy's matmul; with ``complex_dtype``, on operands
-    packed as (..., 2) real arrays, viewed as that complex dtype."""
+    packed as (..., 2) real arrays, viewed as that complex dtype; ``form`` says which
+    operand is given transposed (last two axes swapped, "t"), as gemm's flags do."""
     def view(x):
         return x if complex_dtype is None else x.view(complex_dtype)[..., 0]
 
+    def swap(x, flag):
+        return x.swapaxes(-1, -2) if flag == "t" else x
+
     def run(a, b, out):
         if out.size:
-            xp_matmul(view(a), view(b), out=view(out))
+            xp_matmul(swap(view(a), form[0]), swap(view(b), form[1]), out=view(out))
     return run
 
 
 # cpu: the LLVM backend emits the (batched, broadcast) CBLAS call itself; the complex gemms
-# take their operands packed (the layout complex values have after SplitComplex)
+# take their operands packed (the layout complex values have after SplitComplex); the
+# "_nt", "_tn" and "_tt" gemms take the operand(s) the product transposes untransposed
+# (compile.blas_calls)
 for _n, _d, _c in (("blas.sgemm", "float32", None), ("blas.dgemm", "float64", None),
                    ("blas.cgemm", "float32", "complex64"), ("blas.zgemm", "float64", "complex128")):
-    register_library(_n, cpu=BUILTIN, numpy=_matmul(np.matmul, _c), cuda=_matmul(_cupy_matmul, _c),
-                     num_inputs=2, num_outputs=1, out_dtypes=[_d])
-del _n, _d, _c
+    for _f in ("nn",) if _c else ("nn", "nt", "tn", "tt"):
+        register_library(_n + ("" if _f == "nn" else "_" + _f), cpu=BUILTIN,
+                         numpy=_matmul(np.matmul, _c, _f), cuda=_matmul(_cupy_matmul, _c, _f),
+                         num_inputs=2, num_outputs=1, out_dtypes=[_d])
+del _n, _d, _c, _f
 
 
-# The Gram products A @ A.T ("?syrk") and A.T @ A ("?syrk_tn") of a 2-D A (compile.gram):
+# The Gram products A @ A.T ("?syrk") and A.T @ A ("?syrk_tn") of a 2-D A (compile.blas_calls):
 # BLAS syrk fills the lower triangle, which is all their readers use; NumPy's and CuPy's
 # matmul of A and its transposed view compute the whole product (NumPy through syrk too).
 def _gram(xp_matmul, trans: bool):

@@ -1,4 +1,4 @@
-"""Gram products ``A @ A.T`` and ``A.T @ A`` run as BLAS syrk (``compile.gram``), alone, with a
+"""Gram products ``A @ A.T`` and ``A.T @ A`` run as BLAS syrk (``compile.blas_calls``), alone, with a
 fused epilogue, inside ``np.cov`` and a correlation; NumPy is the oracle on every backend,
 the printed program shows the syrk and no materialized transpose.  Products that only look
 alike (``A @ B.T``, ``A @ A`` of a square A, batched ones) stay gemms."""

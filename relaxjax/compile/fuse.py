@@ -28,7 +28,7 @@ from ..ir import Binding, Function, IRModule, Var
 from ..shapes import ShapeEnv, prod
 from ..tir.analysis import classify_primfunc
 from .fuse_tir import FusionError, fused_primfunc
-from .gram import SYRK
+from .blas_calls import SYRK
 from .lowering import BLAS
 from .passes import Pass
 from .value_ranges import ValueRanges

@@ -30,7 +30,7 @@ from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, defau
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 from ..tir.index_checks import data_index_checks
 from ..tir.share import bind_shared
-from .gram import SYRK, gram_operand, read_lower_triangle
+from .blas_calls import SYRK, gemm_call, gram_operand, read_lower_triangle
 from .value_ranges import ValueRanges
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
@@ -401,7 +401,8 @@ def lower_fused_call(b: Binding, name: str, defs: dict | None = None) -> list:
             read_lower_triangle(f, f.params[inputs.index(mm.outvars[0])])
             calls.append(Binding([mm_out], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, mm.source))
         else:
-            calls.append(Binding([mm_out], LibraryFunc(BLAS[dtype]), args, {}, mm.source))
+            name, args = gemm_call(mm, args, defs or {}, BLAS[dtype])
+            calls.append(Binding([mm_out], LibraryFunc(name), args, {}, mm.source))
     calls.append(Binding([value_of[v] for v in outputs], f, [value_of.get(v, v) for v in inputs],
                          {}, b.source))
     return calls

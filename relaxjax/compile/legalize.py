@@ -14,7 +14,7 @@ from .. import tir
 from ..tir import Buffer, For, Local, PrimFunc, Seq, Store, from_sympy, op
 from .fuse_tir import FusionError, call_site_values, lower_fused_call
 from .dce import dce_function
-from .gram import SYRK, gram_operand, mirror_program
+from .blas_calls import SYRK, gemm_call, gram_operand, mirror_program
 from .mask_bounds import bound_masked_loops
 from .lowering import (BLAS, COMPUTE, HOST_OPS, LIBRARY_CALLS, Accumulator, broadcast_index,
                        buffer_names, default_loop_kinds, elementwise_rule, lowering_kind,
@@ -118,7 +118,8 @@ def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None) -> lis
         dtype = b.outvars[0].type.dtype
         gram = gram_operand(b, list(b.args), defs or {})
         if gram is None:
-            return [Binding(b.outvars, LibraryFunc(BLAS[dtype]), list(b.args), {}, b.source)]
+            name, args = gemm_call(b, list(b.args), defs or {}, BLAS[dtype])
+            return [Binding(b.outvars, LibraryFunc(name), args, {}, b.source)]
         tri = Var(b.outvars[0].type)
         return [Binding([tri], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, b.source),
                 Binding(b.outvars, mirror_program(tri.type, f"mirror_{name_id}"), [tri], {}, b.source)]
@@ -213,7 +214,7 @@ def _legalize(module: IRModule) -> IRModule:
                         fns[nb.callee.name] = nb.callee
                         created.add(nb.callee.name)
                 bindings.append(nb)
-        # a transpose that only fed a Gram product (now syrk of its operand) is dead
+        # a transpose that only fed a BLAS call (now reading its operand) is dead
         fns[name] = dce_function(Function(f.name, f.params, f.param_names, bindings, f.results,
                                           f.bounds, f.guards, f.attrs))
     for n in lowered_subs:                     # fused sub-functions now live as programs

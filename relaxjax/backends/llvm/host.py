@@ -23,9 +23,11 @@ from . import target
 
 # library calls the segment emits as CBLAS gemms: real, and complex on packed operands
 # (..., M, K, 2), each (re, im) pair one complex element
-GEMMS = ("blas.sgemm", "blas.dgemm", "blas.cgemm", "blas.zgemm")
-_GEMM_LETTER = {"blas.sgemm": "s", "blas.dgemm": "d", "blas.cgemm": "c", "blas.zgemm": "z"}
-# ... and as CBLAS syrks (Gram products A @ A.T, and A.T @ A for "_tn": compile.gram)
+# ("_nt", "_tn", "_tt": the operands given untransposed, read through CBLAS's transpose flags)
+_GEMM_LETTER = {f"blas.{letter}gemm{form}": letter for letter in "sdcz"
+                for form in ("", "_nt", "_tn", "_tt") if letter in "sd" or not form}
+GEMMS = tuple(_GEMM_LETTER)
+# ... and as CBLAS syrks (Gram products A @ A.T, and A.T @ A for "_tn": compile.blas_calls)
 SYRKS = ("blas.ssyrk", "blas.dsyrk", "blas.ssyrk_tn", "blas.dsyrk_tn")
 # a segment's status for a failing host check, such as a gather index out of range (below
 # it: the call's position + 1 << 32, as for a failing library call)
@@ -279,11 +281,14 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(no)
 
     def _gemm(self, b: Binding) -> None:
-        """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims."""
+        """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims; a
+        ``_nt``/``_tn``/``_tt`` gemm's transposed operands are stored (..., N, K) / (..., K, M)."""
         fn = self.fn
         a, bm = b.args
         out = b.outvars[0]
         letter = _GEMM_LETTER[b.callee.name]
+        form = b.callee.name[-2:] if b.callee.name[-3] == "_" else "nn"
+        ta, tb = form[0] == "t", form[1] == "t"
         ty = llty(out.type.dtype)
         sym = self._blas_symbol(f"{letter}gemm")
         ash, bsh, osh = a.type.shape, bm.type.shape, out.type.shape
@@ -297,20 +302,24 @@ class SegmentEmitter(KernelEmitter):
             scalars = (f"ptr {one}", f"ptr {zero}")
         else:
             scalars = (f"{ty} 1.0", f"{ty} 0.0")
-        M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-1], osh[-1]))
+        M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-2] if ta else ash[-1], osh[-1]))
         nb = len(osh) - 2
         pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
-        lda = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {K}, i64 1)")
-        ldb = fn.val("i64", f"call i64 @llvm.smax.i64(i64 {N}, i64 1)")
+        # leading dimensions: the stored rows' lengths (at least 1, as CBLAS requires)
+        lda, ldb, ldc = (fn.val("i64", f"call i64 @llvm.smax.i64(i64 {self._expr(from_sympy(d))}, i64 1)")
+                         for d in (ash[-1], bsh[-1], osh[-1]))
         self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
-        if nb and len(bsh) == 2 and tuple(ash[:-2]) == tuple(osh[:-2]):
+        if nb and len(bsh) == 2 and not ta and tuple(ash[:-2]) == tuple(osh[:-2]):
             # (..., M, K) @ (K, N): the batch is more rows of one gemm (row-major, contiguous)
             rows = from_sympy(osh[-2])
             for d in osh[:nb]:
                 rows = rows * from_sympy(d)
             M, nb = self._expr(rows), 0
+
+        def call(pa, pb, pc):
+            self._gemm_call(sym, scalars, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc)
         if nb == 0:
-            self._gemm_call(sym, scalars, M, N, K, pa, lda, pb, ldb, pc)
+            call(pa, pb, pc)
             return
         # batch loop: t over the output's batch elements; operands broadcast their batch dims
         t = tir.Var("t")
@@ -351,7 +360,7 @@ class SegmentEmitter(KernelEmitter):
         for p, shape in ((pa, ash), (pb, bsh), (pc, osh)):
             off = self._expr(offset(shape))
             ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
-        self._gemm_call(sym, scalars, M, N, K, ptrs[0], lda, ptrs[1], ldb, ptrs[2])
+        call(*ptrs)
         fn.emit(f"br label %{latch}")
         fn.start_block(latch)
         fn.emit(f"{nxt} = add nsw i64 {i}, 1")
@@ -359,11 +368,12 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(done)
         del self.env["t"]
 
-    def _gemm_call(self, sym, scalars, M, N, K, pa, lda, pb, ldb, pc) -> None:
-        """C = A @ B; a product with one column (N == 1) or one row (M == 1) is a gemv,
-        which OpenBLAS runs several times faster than a gemm of that shape.  ``scalars``:
-        alpha = 1 and beta = 0 as the call's operands."""
-        # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112; ldc = max(N, 1) like ldb
+    def _gemm_call(self, sym, scalars, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc) -> None:
+        """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
+        a product with one column (N == 1) or one row (M == 1) is a gemv, which OpenBLAS
+        runs several times faster than a gemm of that shape.  ``scalars``: alpha = 1 and
+        beta = 0 as the call's operands."""
+        # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
         fn = self.fn
         alpha, beta = scalars
         nz = fn.val("i64", f"mul i64 {M}, {N}")
@@ -385,17 +395,22 @@ class SegmentEmitter(KernelEmitter):
         g = fn.val("ptr", f"load ptr, ptr {gemv}")
         cv, rv = fn.label("gemvcol"), fn.label("gemvrow")
         fn.emit(f"br i1 {col}, label %{cv}, label %{rv}")
-        fn.start_block(cv)                 # c[M] = A[M, K] @ b[K]
-        fn.emit(f"call void {g}(i32 101, i32 111, i64 {M}, i64 {K}, {alpha}, ptr {pa}, i64 {lda}, "
-                f"ptr {pb}, i64 {ldb}, {beta}, ptr {pc}, i64 1)")
+        # a vector operand (one column of B, one row of A) is contiguous whichever way it
+        # is stored; the matrix is read as stored: (M, K), or (K, M) transposed
+        fn.start_block(cv)                 # c[M] = op(A)[M, K] @ b[K]
+        rows, cols = (K, M) if ta else (M, K)
+        fn.emit(f"call void {g}(i32 101, i32 {112 if ta else 111}, i64 {rows}, i64 {cols}, {alpha}, "
+                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 1, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
-        fn.start_block(rv)                 # c[N] = a[K] @ B[K, N] = B^T a
-        fn.emit(f"call void {g}(i32 101, i32 112, i64 {K}, i64 {N}, {alpha}, ptr {pb}, i64 {ldb}, "
-                f"ptr {pa}, i64 1, {beta}, ptr {pc}, i64 1)")
+        fn.start_block(rv)                 # c[N] = a[K] @ op(B)[K, N] = op(B)^T a
+        rows, cols = (N, K) if tb else (K, N)
+        fn.emit(f"call void {g}(i32 101, i32 {111 if tb else 112}, i64 {rows}, i64 {cols}, {alpha}, "
+                f"ptr {pb}, i64 {ldb}, ptr {pa}, i64 1, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
         fn.start_block(mm)
         f = fn.val("ptr", f"load ptr, ptr {sym}")
-        fn.emit(f"call void {f}(i32 101, i32 111, i32 111, i64 {M}, i64 {N}, i64 {K}, {alpha}, "
-                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {beta}, ptr {pc}, i64 {ldb})")
+        fn.emit(f"call void {f}(i32 101, i32 {112 if ta else 111}, i32 {112 if tb else 111}, i64 {M}, "
+                f"i64 {N}, i64 {K}, {alpha}, ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, {beta}, "
+                f"ptr {pc}, i64 {ldc})")
         fn.emit(f"br label %{no}")
         fn.start_block(no)

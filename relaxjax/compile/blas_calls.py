@@ -1,4 +1,5 @@
-"""Gram products ``A @ A.T`` as BLAS ``syrk``: half the flops of a gemm, as NumPy does.
+"""The BLAS call a real matrix product becomes: Gram products as ``syrk``, transposed
+operands as gemm's transpose flags.
 
 ``np.cov``, covariance and correlation kernels, kernel matrices and normal equations all
 multiply a matrix by its own transpose.  NumPy notices (``matmul`` of an array and its
@@ -8,7 +9,13 @@ all of it, after materializing the transpose.  Legalize asks :func:`gram_operand
 ``blas.?syrk`` library call, which fills the lower triangle only (``i >= j``), and whatever
 reads the product reads ``C[max(i, j), min(i, j)]`` (:func:`read_lower_triangle`): the
 epilogue a matmul group fuses, or, for a product on its own, a program that mirrors it
-(:func:`mirror_program`).  The transpose, now unused, goes with dead-code elimination.
+(:func:`mirror_program`).
+
+Any other operand that is a transpose of its last two axes (``q @ k.T`` in attention, the
+``ct @ W.T`` and ``x.T @ ct`` of a gradient) is read through gemm's transpose flag
+(:func:`gemm_call`: ``blas.?gemm_nt``, ``_tn``, ``_tt`` take the untransposed arrays), as
+NumPy's matmul of a transposed view does, instead of a program copying it first.  In both
+cases the transpose, now unused, goes with dead-code elimination.
 """
 from __future__ import annotations
 
@@ -25,13 +32,19 @@ SYRK = {(np.dtype("float32"), "nt"): "blas.ssyrk", (np.dtype("float64"), "nt"): 
         (np.dtype("float32"), "tn"): "blas.ssyrk_tn", (np.dtype("float64"), "tn"): "blas.dsyrk_tn"}
 
 
+# (dtype, which operands are transposed) -> the gemm reading them through its flags
+GEMM_T = {(np.dtype(d), form): f"blas.{letter}gemm_{form}"
+          for d, letter in (("float32", "s"), ("float64", "d")) for form in ("nt", "tn", "tt")}
+
+
 def _transpose_of(defs: dict, v) -> Var | None:
-    """The 2-D value ``v`` is the transpose of, if ``defs`` says it is one."""
+    """The value ``v`` is ``v``'s last two axes swapped of, if ``defs`` says it is one."""
     t = defs.get(v)
     if t is None or t.kind != "primitive" or t.callee.name != "transpose" or \
-            tuple(t.params["perm"]) != (1, 0) or not isinstance(t.args[0], Var):
+            not isinstance(t.args[0], Var):
         return None
-    return t.args[0]
+    n = len(t.params["perm"])
+    return t.args[0] if tuple(t.params["perm"]) == tuple(range(n - 2)) + (n - 1, n - 2) else None
 
 
 def gram_operand(mm: Binding, args: list, defs: dict) -> tuple[Var, str] | None:
@@ -48,6 +61,19 @@ def gram_operand(mm: Binding, args: list, defs: dict) -> tuple[Var, str] | None:
     if _transpose_of(defs, a) is b:
         return b, "tn"
     return None
+
+
+def gemm_call(mm: Binding, args: list, defs: dict, gemm: str) -> tuple[str, list]:
+    """The gemm library function and operands of the real matmul ``mm`` (called with
+    ``args``; ``defs`` maps the enclosing function's values to their bindings) that is not
+    a Gram product: ``gemm`` itself, or its ``_nt``/``_tn``/``_tt`` form on the arrays an
+    operand transposes (last two axes swapped)."""
+    dtype = mm.outvars[0].type.dtype
+    ta, tb = (_transpose_of(defs, v) if isinstance(v, Var) else None for v in args)
+    if ta is None and tb is None:
+        return gemm, list(args)
+    form = ("t" if ta is not None else "n") + ("t" if tb is not None else "n")
+    return GEMM_T[dtype, form], [ta if ta is not None else args[0], tb if tb is not None else args[1]]
 
 
 def read_lower_triangle(f: PrimFunc, buf: Buffer) -> None:
