@@ -133,6 +133,8 @@ def main() -> None:
     ap.add_argument("--programs", default="W1,W2,W3,W4,W5")
     ap.add_argument("--no-jax", action="store_true")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--frameworks", default="relaxjax,jax,torch",
+                    help="which to measure (those --no-jax / --no-torch leave out are dropped)")
     ap.add_argument("--torch-python", help="a Python interpreter with torch (default: this one, "
                     "when it has torch); e.g. a venv's, so torch's own libraries stay out of "
                     "the environment the tests run in")
@@ -141,7 +143,8 @@ def main() -> None:
     a = ap.parse_args()
     progs = [p for p in a.programs.split(",") if p] + [f"chain{n}" for n in a.sizes.split(",") if n]
     torch_python = a.torch_python or (sys.executable if _has("torch") else None)
-    fws = ["relaxjax"] + ([] if a.no_jax else ["jax"]) + ([] if a.no_torch or not torch_python else ["torch"])
+    fws = [fw for fw in a.frameworks.split(",") if fw and not (fw == "jax" and a.no_jax) and
+           not (fw == "torch" and (a.no_torch or not torch_python))]
     python = {"relaxjax": sys.executable, "jax": sys.executable, "torch": torch_python}
     tmp = tempfile.mkdtemp(prefix="relaxjax-compile-time-")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -174,6 +177,8 @@ def main() -> None:
              "compile warm | first call warm | cold / warm |", "|---|---|---|---|---|---|---|---|---|---|"]
     for prog in progs:
         for fw in fws:
+            if (fw, prog, "cold") not in res:
+                continue
             cold, warm = res[(fw, prog, "cold")], res[(fw, prog, "warm")]
             errs = [r["error"] for r in cold + warm if "error" in r]
             if errs:
@@ -184,7 +189,7 @@ def main() -> None:
             lines.append(f"| {prog} | {fw} | {med(cold, 'import_s'):.0f} | {med(cold, 'trace_s'):.1f} | "
                          f"{med(cold, 'compile_s'):.1f} | {med(cold, 'run_s'):.2f} | {fc:.1f} | "
                          f"{med(warm, 'compile_s'):.1f} | {fw_:.1f} | {fc / fw_:.1f}x |")
-    if "torch" not in fws:
+    if "torch" not in fws and "torch" in a.frameworks.split(","):
         lines += ["", "torch.compile: not measured (" + ("--no-torch" if a.no_torch else
                                                           "no torch: see --torch-python") + ")"]
     else:

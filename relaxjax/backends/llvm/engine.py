@@ -18,7 +18,7 @@ import llvmlite.binding as llvm
 
 from ... import cache
 from ...tir import PrimFunc
-from . import mathlib, target
+from . import gemm, mathlib, target
 from .codegen import KernelEmitter, helper_source
 from .host import check_object_layout
 from .irtypes import SEGMENT_OPTNONE
@@ -42,12 +42,15 @@ BLAS_FUNCTIONS = ("sgemm", "dgemm", "cgemm", "zgemm", "sgemv", "dgemv", "cgemv",
                   "ssyrk", "dsyrk")
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
                   "rj_serial_until": [SERIAL_UNTIL],
-                  **{f"rj_blas_{n}": [ctypes.c_void_p(None)] for n in BLAS_FUNCTIONS}}
+                  **{f"rj_blas_{n}": [ctypes.c_void_p(None)] for n in BLAS_FUNCTIONS},
+                  **{gemm.pointer_symbol(v): [ctypes.c_void_p(None)] for v in gemm.VARIANTS}}
 _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
 @rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
 @rj_serial_until = global i64 0
-""" + "".join(f"@rj_blas_{n} = global ptr null\n" for n in BLAS_FUNCTIONS)
+""" + "".join(f"@rj_blas_{n} = global ptr null\n" for n in BLAS_FUNCTIONS) + \
+    "".join(f"@{gemm.pointer_symbol(v)} = global ptr null\n" for v in gemm.VARIANTS)
+_GEMMS: dict = {}          # generated product -> its module, loaded once and kept
 
 # Bump when the machine code can change without the module text changing (optimisation
 # options, linking): part of every persistent-cache key.
@@ -127,6 +130,25 @@ def _runtime_library() -> None:
             v.value = vs[0].value
             vs.append(v)
         _RUNTIME.append(rt)
+
+
+def use_gemms(variants) -> None:
+    """Make the generated products ``variants`` (``gemm.VARIANTS``) callable through their
+    runtime pointers: each compiled once per machine (a shared library in the persistent
+    cache, about a third of a second) or loaded from there, once per process."""
+    for v in sorted(variants):
+        with _LOCK:
+            if v in _GEMMS:
+                continue
+            text = gemm.module_text(v, target.vector_bits())
+            if native_code():
+                _runtime_library()
+                mod = SharedModule(text, [v], exports=False)
+            else:
+                _runtime_symbols()
+                mod = CompiledModule(text, [v])
+            _GEMMS[v] = mod
+            _set_global(gemm.pointer_symbol(v), mod.address(v))
 
 
 def native_code() -> bool:

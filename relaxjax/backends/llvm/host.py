@@ -19,7 +19,7 @@ from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
 from .irtypes import SEGMENT_OPTNONE, llty
-from . import target
+from . import gemm, target
 
 # library calls the segment emits as CBLAS gemms: real, and complex on packed operands
 # (..., M, K, 2), each (re, im) pair one complex element
@@ -99,6 +99,7 @@ class SegmentEmitter(KernelEmitter):
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
         self.natives: dict = {}         # LLVM symbol -> address of a native library function
+        self.gemms_used: set = set()    # the generated products it may call (gemm.VARIANTS)
         self.checked = False            # whether it checks gather indices (a status to read)
 
     def emit(self) -> str:
@@ -317,7 +318,7 @@ class SegmentEmitter(KernelEmitter):
             M, nb = self._expr(rows), 0
 
         def call(pa, pb, pc):
-            self._gemm_call(sym, scalars, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc)
+            self._gemm_call(sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc)
         if nb == 0:
             call(pa, pb, pc)
             return
@@ -368,11 +369,12 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(done)
         del self.env["t"]
 
-    def _gemm_call(self, sym, scalars, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc) -> None:
+    def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
-        a product with one column (N == 1) or one row (M == 1) is a gemv, which OpenBLAS
-        runs several times faster than a gemm of that shape.  ``scalars``: alpha = 1 and
-        beta = 0 as the call's operands."""
+        a real product of the shapes where it is faster (``gemm.use_generated``) runs the
+        generated product; a product with one column (N == 1) or one row (M == 1) is a
+        gemv, which OpenBLAS runs several times faster than a gemm of that shape.
+        ``scalars``: alpha = 1 and beta = 0 as the call's operands."""
         # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
         fn = self.fn
         alpha, beta = scalars
@@ -381,6 +383,22 @@ class SegmentEmitter(KernelEmitter):
         yes, no = fn.label("gcall"), fn.label("gskip")
         fn.emit(f"br i1 {go}, label %{yes}, label %{no}")
         fn.start_block(yes)
+        bits = target.vector_bits()
+        known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
+        if letter in "sd" and gemm.may_use_generated(letter, bits, *known):
+            variant = gemm.gemm_symbol(letter, ta, tb)
+            self.gemms_used.add(variant)
+            ptr = "@" + gemm.pointer_symbol(variant)
+            self.helpers_used.add(f"{ptr} = external global ptr")
+            gen, lib = fn.label("gen"), fn.label("blas")
+            use = gemm.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
+            fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
+            fn.start_block(gen)
+            g = fn.val("ptr", f"load ptr, ptr {ptr}")
+            fn.emit(f"call void {g}(i64 {M}, i64 {N}, i64 {K}, ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, "
+                    f"ptr {pc}, i64 {ldc})")
+            fn.emit(f"br label %{no}")
+            fn.start_block(lib)
         gemv = f"{sym[:-2]}mv"           # @rj_blas_sgemm -> @rj_blas_sgemv
         _, (prefix, suffix) = target.openblas()
         self.helpers_used.add(f"{gemv} = external global ptr  ; -> {prefix}{gemv[9:]}{suffix}")

@@ -39,6 +39,11 @@ def host_feature_string() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
+def vector_bits() -> int:
+    """The widest vector registers generated code uses with FMA (0: none, no FMA)."""
+    return {"avx512": 512, "avx2": 256}.get(vector_isa(), 0)
+
+
 def vector_isa() -> str:
     """Which libmvec variants fit this CPU: "avx512", "avx2" or "sse" (x86-64's baseline)."""
     f = host_features()

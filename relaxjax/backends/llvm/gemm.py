@@ -1,0 +1,546 @@
+"""A generated matrix product for the LLVM backend: cache-blocked, packed, register-blocked
+for the host's vector width, threaded with OpenMP, one function for every shape.
+
+The structure is the one BLIS and every CPU tensor compiler use (Goto & van de Geijn,
+"Anatomy of high-performance matrix multiplication", 2008; BLIS's five loops around a
+micro-kernel):
+
+    for jc in 0..N step NC:                       # a column block of B and C
+      for pc in 0..K step KC:                     # a slice of the contraction
+        pack B[pc:pc+KC, jc:jc+NC] into panels NR columns wide, k-major (zero-padded)
+        for ic in 0..M step MC:                   # a row block of A and C
+          pack A[ic:ic+MC, pc:pc+KC] into panels MR rows tall, k-major (zero-padded)
+          for each (MR x NR) tile of C in the block:
+            micro-kernel: MR x NR accumulators in vector registers, one rank-1 update per
+            k (NR / V vector loads of B, MR broadcasts of A, MR * NR / V FMAs), then the
+            tile is stored (written on the first slice, added to on the later ones)
+
+Packing zero-pads the panels, so the micro-kernel always computes a whole tile; the tile's
+store is masked to the rows and columns C has (edge tiles: masks, not other kernels).  M,
+N, K and the leading dimensions are run-time integers, so one function serves every shape;
+the operands may be given transposed (``ta``/``tb``: CBLAS's transpose flags, read while
+packing).  Threads split C into ``rows x columns`` rectangles, each packing its own panels.
+
+:func:`gemm_text` gives the module text of one product function (by element type and
+transposes); :func:`gemm_symbol` its name.  Its ABI is CBLAS's row-major gemm with
+alpha = 1 and beta = 0:  ``void f(i64 M, i64 N, i64 K, ptr A, i64 lda, ptr B, i64 ldb,
+ptr C, i64 ldc)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """The register and cache blocking of one element type on one vector width."""
+    ty: str          # LLVM element type
+    size: int        # bytes per element
+    lanes: int       # vector lanes (V)
+    mr: int          # micro-tile rows (broadcasts of A per k)
+    nv: int          # micro-tile columns in vectors (NR = nv * lanes)
+    kc: int          # contraction slice (B's micro-panel, KC x NR, stays in L1)
+    mc: int          # row block (A's packed block, MC x KC, stays in L2)
+    nc: int          # column block (B's packed block, KC x NC, in L3)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+def blocking(dtype_char: str, vector_bits: int) -> Blocking:
+    """Blocking for float32 ("s") or float64 ("d") on ``vector_bits``-wide registers (512:
+    32 registers, 24 accumulators of 12 rows x 2 vectors; 256: 16 registers, 12
+    accumulators of 6 x 2)."""
+    size = 4 if dtype_char == "s" else 8
+    ty = "float" if dtype_char == "s" else "double"
+    lanes = vector_bits // (8 * size)
+    mr = 12 if vector_bits >= 512 else 6
+    kc = 256 if dtype_char == "s" else 192
+    mc = mr * (96 // mr * (2 if vector_bits >= 512 else 1))
+    return Blocking(ty, size, lanes, mr, 2, kc, mc, 4096 if dtype_char == "s" else 2048)
+
+
+def gemm_symbol(dtype_char: str, ta: bool, tb: bool) -> str:
+    return f"rj_gemm_{dtype_char}_{'t' if ta else 'n'}{'t' if tb else 'n'}"
+
+
+def pointer_symbol(variant: str) -> str:
+    """The runtime global holding the address of product ``variant`` (set when it loads)."""
+    return variant + "_ptr"
+
+
+VARIANTS = tuple(gemm_symbol(d, ta, tb) for d in "sd" for ta in (False, True) for tb in (False, True))
+
+
+class _Fn:
+    """A function's lines, with fresh SSA names and labels."""
+
+    def __init__(self, header: str):
+        self.lines = [header + " {", "entry:"]
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%v{self.n}"
+
+    def label(self, hint: str) -> str:
+        self.n += 1
+        return f"{hint}{self.n}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def val(self, instr: str) -> str:
+        t = self.tmp()
+        self.emit(f"{t} = {instr}")
+        return t
+
+    def block(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def loop(self, start: str, stop: str, step: int | str, body) -> None:
+        """``for (i = start; i < stop; i += step) body(i)``; ``body`` emits into the loop
+        and may open blocks of its own (it returns with the block it ends in open)."""
+        head, bodyl, latch, done = (self.label(h) for h in ("head", "body", "latch", "done"))
+        pre = self.label("pre")
+        self.emit(f"br label %{pre}")
+        self.block(pre)
+        self.emit(f"br label %{head}")
+        self.block(head)
+        i, nxt = self.tmp(), self.tmp()
+        self.emit(f"{i} = phi i64 [ {start}, %{pre} ], [ {nxt}, %{latch} ]")
+        go = self.val(f"icmp slt i64 {i}, {stop}")
+        self.emit(f"br i1 {go}, label %{bodyl}, label %{done}")
+        self.block(bodyl)
+        body(i)
+        self.emit(f"br label %{latch}")
+        self.block(latch)
+        self.emit(f"{nxt} = add nsw i64 {i}, {step}")
+        self.emit(f"br label %{head}")
+        self.block(done)
+
+    def text(self) -> str:
+        return "\n".join(self.lines + ["}", ""])
+
+
+def _min(fn: _Fn, a: str, b: str) -> str:
+    return fn.val(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
+
+
+def _ceil_div(fn: _Fn, a: str, c: int) -> str:
+    return fn.val(f"sdiv i64 {fn.val(f'add nsw i64 {a}, {c - 1}')}, {c}")
+
+
+def _splat(fn: _Fn, vt: str, ety: str, x: str, lanes: int) -> str:
+    ins = fn.val(f"insertelement {vt} poison, {ety} {x}, i64 0")
+    return fn.val(f"shufflevector {vt} {ins}, {vt} poison, <{lanes} x i32> zeroinitializer")
+
+
+def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
+    """Per vector of ``nv`` making a row, the mask of its lanes below column ``cols``."""
+    colsv = _splat(fn, f"<{V} x i64>", "i64", cols, V)
+    masks = []
+    for j in range(nv):
+        lanes = ", ".join(f"i64 {j * V + x}" for x in range(V))
+        masks.append(fn.val(f"icmp slt <{V} x i64> <{lanes}>, {colsv}"))
+    return masks
+
+
+def _micro_kernel(b: Blocking, name: str) -> str:
+    """``name(kc, ap, bp, bstride, c, ldc, rows, cols, add)``: the MR x NR tile of ``ap``
+    (k-major MR values per k) times ``bp`` (NR values per k, ``bstride`` apart: a packed
+    panel, or B's rows as given) over ``kc >= 1`` steps, stored to the first ``rows`` rows
+    and ``cols`` columns of ``c`` (row stride ``ldc``), added to what is there when
+    ``add``.  B's loads are masked to ``cols``, so an unpacked B is never read past its
+    rows' ends (a packed panel's padding is zeros either way)."""
+    ty, V, MR, NV = b.ty, b.lanes, b.mr, b.nv
+    vt = f"<{V} x {ty}>"
+    bits = b.size * 8
+    fn = _Fn(f"define internal void @{name}(i64 %kc, ptr noalias %ap, ptr noalias %bp, i64 %bstride, "
+             f"ptr noalias %c, i64 %ldc, i64 %rows, i64 %cols, i1 %add) #1")
+    masks = _column_masks(fn, V, NV, "%cols")
+    loop, store = "kloop", "store"
+    fn.emit(f"br label %{loop}")
+    fn.block(loop)
+    accs = [[f"%acc.{i}.{j}" for j in range(NV)] for i in range(MR)]
+    nexts = [[f"%nacc.{i}.{j}" for j in range(NV)] for i in range(MR)]
+    fn.emit(f"%k = phi i64 [ 0, %entry ], [ %k1, %{loop} ]")
+    for i in range(MR):
+        for j in range(NV):
+            fn.emit(f"{accs[i][j]} = phi {vt} [ zeroinitializer, %entry ], [ {nexts[i][j]}, %{loop} ]")
+    boff = fn.val("mul nsw i64 %k, %bstride")
+    brow = fn.val(f"getelementptr inbounds {ty}, ptr %bp, i64 {boff}")
+    bvec = []
+    for j in range(NV):
+        p = fn.val(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
+        bvec.append(fn.val(f"call {vt} @llvm.masked.load.v{V}f{bits}.p0(ptr {p}, i32 {b.size}, "
+                           f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)"))
+    aoff = fn.val(f"mul nsw i64 %k, {MR}")
+    abase = fn.val(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
+    for i in range(MR):
+        p = fn.val(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i}")
+        splat = _splat(fn, vt, ty, fn.val(f"load {ty}, ptr {p}"), V)
+        for j in range(NV):
+            fn.emit(f"{nexts[i][j]} = call {vt} @llvm.fma.v{V}f{bits}({vt} {splat}, {vt} {bvec[j]}, "
+                    f"{vt} {accs[i][j]})")
+    fn.emit("%k1 = add nsw i64 %k, 1")
+    more = fn.val("icmp slt i64 %k1, %kc")
+    fn.emit(f"br i1 {more}, label %{loop}, label %{store}")
+    fn.block(store)
+    for i in range(MR):
+        row, nxt = fn.label("row"), fn.label("next")
+        go = fn.val(f"icmp slt i64 {i}, %rows")
+        fn.emit(f"br i1 {go}, label %{row}, label %done")
+        fn.block(row)
+        roff = fn.val(f"mul nsw i64 {i}, %ldc")
+        rp = fn.val(f"getelementptr inbounds {ty}, ptr %c, i64 {roff}")
+        for j in range(NV):
+            p = fn.val(f"getelementptr inbounds {ty}, ptr {rp}, i64 {j * V}")
+            old = fn.val(f"call {vt} @llvm.masked.load.v{V}f{bits}.p0(ptr {p}, i32 {b.size}, "
+                         f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)")
+            summed = fn.val(f"fadd {vt} {nexts[i][j]}, {old}")
+            val = fn.val(f"select i1 %add, {vt} {summed}, {vt} {nexts[i][j]}")
+            fn.emit(f"call void @llvm.masked.store.v{V}f{bits}.p0({vt} {val}, ptr {p}, i32 {b.size}, "
+                    f"<{V} x i1> {masks[j]})")
+        fn.emit(f"br label %{nxt}")
+        fn.block(nxt)
+    fn.emit("br label %done")
+    fn.block("done")
+    fn.emit("ret void")
+    return fn.text()
+
+
+def _pack(b: Blocking, name: str, panel: int, contiguous_panel: bool) -> str:
+    """``name(src, ld, r0, nr, c0, nk, dst)``: the ``nr`` rows (of C's side: A's rows for
+    ``panel = MR``, B's columns for ``panel = NR``) starting at ``r0``, over the ``nk``
+    contraction indices starting at ``c0``, packed into panels ``panel`` wide, k-major,
+    zero-padded to whole panels.  ``contiguous_panel``: element (r, k) is at
+    ``src[k * ld + r]`` (B as given, A transposed): a panel's values for one k are
+    contiguous, copied as (masked) vectors; else at ``src[r * ld + k]`` (A as given, B
+    transposed): each row is read along k, its values stored ``panel`` apart."""
+    ty, V = b.ty, b.lanes
+    vt = f"<{V} x {ty}>"
+    fn = _Fn(f"define internal void @{name}(ptr noalias %src, i64 %ld, i64 %r0, i64 %nr, i64 %c0, "
+             f"i64 %nk, ptr noalias %dst) #0")
+    npanels = _ceil_div(fn, "%nr", panel)
+
+    def per_panel(p):
+        base = fn.val(f"mul nsw i64 {p}, {panel}")
+        pdst = fn.val(f"getelementptr inbounds {ty}, ptr %dst, i64 {fn.val(f'mul nsw i64 {base}, %nk')}")
+        left = fn.val(f"sub nsw i64 %nr, {base}")
+        first = fn.val(f"add nsw i64 %r0, {base}")
+        if contiguous_panel:               # dst[k * panel + r] = src[(c0 + k) * ld + first + r]
+            nvec = -(-panel // V)              # vectors per k (the last one partial, masked)
+            masks = _column_masks(fn, V, nvec, _min(fn, left, str(panel)))
+
+            def per_k(k):
+                at = fn.val(f"mul nsw i64 {fn.val(f'add nsw i64 {k}, %c0')}, %ld")
+                at = fn.val(f"add nsw i64 {at}, {first}")
+                row = fn.val(f"getelementptr inbounds {ty}, ptr %src, i64 {at}")
+                out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {fn.val(f'mul nsw i64 {k}, {panel}')}")
+                for j in range(nvec):
+                    src = fn.val(f"getelementptr inbounds {ty}, ptr {row}, i64 {j * V}")
+                    x = fn.val(f"call {vt} @llvm.masked.load.v{V}f{b.size * 8}.p0(ptr {src}, i32 {b.size}, "
+                               f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)")
+                    dst = fn.val(f"getelementptr inbounds {ty}, ptr {out}, i64 {j * V}")
+                    if (j + 1) * V <= panel:
+                        fn.emit(f"store {vt} {x}, ptr {dst}, align {b.size}")
+                    else:                      # only the panel's lanes: the next k's follow
+                        keep = ", ".join("i1 true" if j * V + lane < panel else "i1 false" for lane in range(V))
+                        fn.emit(f"call void @llvm.masked.store.v{V}f{b.size * 8}.p0({vt} {x}, ptr {dst}, "
+                                f"i32 {b.size}, <{V} x i1> <{keep}>)")
+            fn.loop("0", "%nk", 1, per_k)
+            return
+        rows = _min(fn, left, str(panel))
+
+        def per_row(r):                    # dst[k * panel + r] = src[(first + r) * ld + c0 + k]
+            at = fn.val(f"mul nsw i64 {fn.val(f'add nsw i64 {first}, {r}')}, %ld")
+            row = fn.val(f"getelementptr inbounds {ty}, ptr %src, i64 {fn.val(f'add nsw i64 {at}, %c0')}")
+            out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
+
+            def per_k(k):
+                x = fn.val(f"load {ty}, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {row}, i64 {k}')}")
+                d = fn.val(f"mul nsw i64 {k}, {panel}")
+                fn.emit(f"store {ty} {x}, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
+            fn.loop("0", "%nk", 1, per_k)
+
+        def pad_row(r):                    # the rows past the source's end: zeros
+            out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
+
+            def per_k(k):
+                d = fn.val(f"mul nsw i64 {k}, {panel}")
+                fn.emit(f"store {ty} 0.0, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
+            fn.loop("0", "%nk", 1, per_k)
+        fn.loop("0", rows, 1, per_row)
+        fn.loop(rows, str(panel), 1, pad_row)
+    fn.loop("0", npanels, 1, per_panel)
+    fn.emit("ret void")
+    return fn.text()
+
+
+# B as given (not transposed) is read in place, unpacked, by a band of C this many rows tall
+# or less: packing it costs a load and a store per element, more than the few micro-tiles
+# that read each element save
+PACK_B_MIN_ROWS = 48
+
+
+def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: bool) -> str:
+    """``name(m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, abuf, bbuf)``: C's rectangle
+    ``[m0, m1) x [n0, n1)`` through the five loops (K >= 1)."""
+    ty = b.ty
+    fn = _Fn(f"define internal void @{name}(i64 %m0, i64 %m1, i64 %n0, i64 %n1, i64 %K, ptr %A, i64 %lda, "
+             f"ptr %B, i64 %ldb, ptr %C, i64 %ldc, ptr %abuf, ptr %bbuf) #0")
+    if tb:
+        packb = "true"
+    else:
+        packb = fn.val(f"icmp sgt i64 {fn.val('sub nsw i64 %m1, %m0')}, {PACK_B_MIN_ROWS}")
+    bstride = fn.val(f"select i1 {packb}, i64 {b.nr}, i64 %ldb")
+
+    def jc_loop(jc):
+        nleft = fn.val(f"sub nsw i64 %n1, {jc}")
+        nc = _min(fn, nleft, str(b.nc))
+
+        def pc_loop(pc):
+            kleft = fn.val(f"sub nsw i64 %K, {pc}")
+            kc = _min(fn, kleft, str(b.kc))
+            add = fn.val(f"icmp sgt i64 {pc}, 0")
+            packing, packed = fn.label("packb"), fn.label("packedb")
+            fn.emit(f"br i1 {packb}, label %{packing}, label %{packed}")
+            fn.block(packing)
+            fn.emit(f"call void @{pack_b}(ptr %B, i64 %ldb, i64 {jc}, i64 {nc}, i64 {pc}, i64 {kc}, ptr %bbuf)")
+            fn.emit(f"br label %{packed}")
+            fn.block(packed)
+            # B in place: row pc, column jc of B
+            at = fn.val(f"mul nsw i64 {pc}, %ldb")
+            at = fn.val(f"add nsw i64 {at}, {jc}")
+            bhere = fn.val(f"getelementptr inbounds {ty}, ptr %B, i64 {at}")
+
+            def ic_loop(ic):
+                mleft = fn.val(f"sub nsw i64 %m1, {ic}")
+                mc = _min(fn, mleft, str(b.mc))
+                fn.emit(f"call void @{pack_a}(ptr %A, i64 %lda, i64 {ic}, i64 {mc}, i64 {pc}, i64 {kc}, ptr %abuf)")
+
+                def jr_loop(jr):
+                    cols = _min(fn, fn.val(f"sub nsw i64 {nc}, {jr}"), str(b.nr))
+                    boff = fn.val(f"mul nsw i64 {jr}, {kc}")
+                    bpacked = fn.val(f"getelementptr inbounds {ty}, ptr %bbuf, i64 {boff}")
+                    bgiven = fn.val(f"getelementptr inbounds {ty}, ptr {bhere}, i64 {jr}")
+                    bp = fn.val(f"select i1 {packb}, ptr {bpacked}, ptr {bgiven}")
+                    col = fn.val(f"add nsw i64 {jc}, {jr}")
+
+                    def ir_loop(ir):
+                        rows = _min(fn, fn.val(f"sub nsw i64 {mc}, {ir}"), str(b.mr))
+                        aoff = fn.val(f"mul nsw i64 {ir}, {kc}")
+                        ap = fn.val(f"getelementptr inbounds {ty}, ptr %abuf, i64 {aoff}")
+                        row = fn.val(f"add nsw i64 {ic}, {ir}")
+                        coff = fn.val(f"mul nsw i64 {row}, %ldc")
+                        coff = fn.val(f"add nsw i64 {coff}, {col}")
+                        cp = fn.val(f"getelementptr inbounds {ty}, ptr %C, i64 {coff}")
+                        fn.emit(f"call void @{ukernel}(i64 {kc}, ptr {ap}, ptr {bp}, i64 {bstride}, ptr {cp}, i64 %ldc, "
+                                f"i64 {rows}, i64 {cols}, i1 {add})")
+                    fn.loop("0", mc, b.mr, ir_loop)
+                fn.loop("0", nc, b.nr, jr_loop)
+            fn.loop("%m0", "%m1", b.mc, ic_loop)
+        fn.loop("0", "%K", b.kc, pc_loop)
+    fn.loop("%n0", "%n1", b.nc, jc_loop)
+    fn.emit("ret void")
+    return fn.text()
+
+
+def _buffers(name: str) -> str:
+    """Each thread's packing buffers, kept from call to call and grown when too small (an
+    allocation per call of a megabyte costs page faults on every call): two thread-local
+    ``{ptr, i64 bytes}`` records and ``name.buffer(record, bytes)`` giving one at least
+    ``bytes`` long, 64-byte aligned."""
+    return f"""@{name}.abuf = internal thread_local global {{ ptr, i64 }} zeroinitializer
+@{name}.bbuf = internal thread_local global {{ ptr, i64 }} zeroinitializer
+
+define internal ptr @{name}.buffer(ptr %rec, i64 %bytes) #0 {{
+entry:
+  %have = getelementptr inbounds {{ ptr, i64 }}, ptr %rec, i64 0, i32 1
+  %size = load i64, ptr %have
+  %p = load ptr, ptr %rec
+  %ok = icmp sge i64 %size, %bytes
+  br i1 %ok, label %done, label %grow
+grow:
+  call void @free(ptr %p)
+  %q = call ptr @aligned_alloc(i64 64, i64 %bytes)
+  store ptr %q, ptr %rec
+  store i64 %bytes, ptr %have
+  br label %done
+done:
+  %r = phi ptr [ %p, %entry ], [ %q, %grow ]
+  ret ptr %r
+}}
+"""
+
+
+# products with fewer multiply-adds than this run on the calling thread (a fork and join of
+# the OpenMP team costs about what 2**21 multiply-adds do on one core)
+PARALLEL_MIN_FLOPS = 1 << 21
+
+
+def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
+    """The LLVM text of the product function ``gemm_symbol(dtype_char, ta, tb)`` and its
+    helpers (internal), for ``vector_bits``-wide vector registers.  The text names the
+    runtime globals (``@rj_num_threads``) and libgomp's and libc's functions, which the
+    module that holds it declares (``DECLARATIONS``)."""
+    b = blocking(dtype_char, vector_bits)
+    name = gemm_symbol(dtype_char, ta, tb)
+    uk, pa, pb, blk, work = (f"{name}.{s}" for s in ("ukernel", "pack_a", "pack_b", "block", "omp"))
+    parts = [_micro_kernel(b, uk), _pack(b, pa, b.mr, contiguous_panel=ta),
+             _pack(b, pb, b.nr, contiguous_panel=not tb), _block(b, blk, uk, pa, pb, tb)]
+    args = ("M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
+    types = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
+
+    # the worker: thread t of T computes a band of C's rows (or columns, when C has more
+    # column panels than row panels), whole micro-tiles each
+    fn = _Fn(f"define internal void @{work}(ptr %ctx) #0")
+    vals = {}
+    for k, (a, t) in enumerate(zip(args, types)):
+        p = fn.val(f"getelementptr inbounds i64, ptr %ctx, i64 {k}")
+        vals[a] = fn.val(f"load {t}, ptr {p}")
+    tid = fn.val("sext i32 " + fn.val("call i32 @omp_get_thread_num()") + " to i64")
+    nt = fn.val("sext i32 " + fn.val("call i32 @omp_get_num_threads()") + " to i64")
+    M, N = vals["M"], vals["N"]
+    tiles_m = _ceil_div(fn, M, b.mr)
+    tiles_n = _ceil_div(fn, N, b.nr)
+    by_rows = fn.val(f"icmp sge i64 {tiles_m}, {tiles_n}")
+    tiles = fn.val(f"select i1 {by_rows}, i64 {tiles_m}, i64 {tiles_n}")
+    tile = fn.val(f"select i1 {by_rows}, i64 {b.mr}, i64 {b.nr}")
+    extent = fn.val(f"select i1 {by_rows}, i64 {M}, i64 {N}")
+    per = fn.val(f"sub nsw i64 {nt}, 1")
+    per = fn.val(f"sdiv i64 {fn.val(f'add nsw i64 {tiles}, {per}')}, {nt}")
+    per = fn.val(f"mul nsw i64 {per}, {tile}")
+    lo = _min(fn, fn.val(f"mul nsw i64 {tid}, {per}"), extent)
+    hi = _min(fn, fn.val(f"add nsw i64 {lo}, {per}"), extent)
+    m0 = fn.val(f"select i1 {by_rows}, i64 {lo}, i64 0")
+    m1 = fn.val(f"select i1 {by_rows}, i64 {hi}, i64 {M}")
+    n0 = fn.val(f"select i1 {by_rows}, i64 0, i64 {lo}")
+    n1 = fn.val(f"select i1 {by_rows}, i64 {N}, i64 {hi}")
+    some = fn.val(f"icmp slt i64 {lo}, {hi}")
+    fn.emit(f"br i1 {some}, label %go, label %out")
+    fn.block("go")
+    # packing buffers: A's MC x KC block, B's KC x min(NC, band) block, 64-byte aligned
+    ncols = _min(fn, fn.val(f"sub nsw i64 {n1}, {n0}"), str(b.nc))
+    ncols = fn.val(f"mul nsw i64 {_ceil_div(fn, ncols, b.nr)}, {b.nr}")
+    bbytes = fn.val(f"mul nsw i64 {ncols}, {b.kc * b.size}")
+    abuf = fn.val(f"call ptr @{name}.buffer(ptr @{name}.abuf, i64 {b.mc * b.kc * b.size})")
+    bbuf = fn.val(f"call ptr @{name}.buffer(ptr @{name}.bbuf, i64 {bbytes})")
+    fn.emit(f"call void @{blk}(i64 {m0}, i64 {m1}, i64 {n0}, i64 {n1}, i64 {vals['K']}, ptr {vals['A']}, "
+            f"i64 {vals['lda']}, ptr {vals['B']}, i64 {vals['ldb']}, ptr {vals['C']}, i64 {vals['ldc']}, "
+            f"ptr {abuf}, ptr {bbuf})")
+    fn.emit("br label %out")
+    fn.block("out")
+    fn.emit("ret void")
+    parts.append(fn.text())
+    parts.append(_buffers(name))
+
+    # the entry: C = 0 when K == 0; else the worker on one thread or the team
+    fn = _Fn(f"define void @{name}(" + ", ".join(f"{t} %{a}" for a, t in zip(args, types)) + ")")
+    mn = fn.val("mul nsw i64 %M, %N")
+    empty = fn.val(f"icmp sle i64 {mn}, 0")
+    fn.emit("br i1 " + empty + ", label %out, label %nonempty")
+    fn.block("nonempty")
+    nok = fn.val("icmp sle i64 %K, 0")
+    fn.emit(f"br i1 {nok}, label %zero, label %product")
+    fn.block("zero")
+    def zero_row(i):
+        row = fn.val(f"getelementptr inbounds {b.ty}, ptr %C, i64 {fn.val(f'mul nsw i64 {i}, %ldc')}")
+        fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.val(f'mul nsw i64 %N, {b.size}')}, i1 false)")
+    fn.loop("0", "%M", 1, zero_row)
+    fn.emit("br label %out")
+    fn.block("product")
+    ctx = fn.val(f"alloca [{len(args)} x i64]")
+    for k, (a, t) in enumerate(zip(args, types)):
+        fn.emit(f"store {t} %{a}, ptr {fn.val(f'getelementptr inbounds i64, ptr {ctx}, i64 {k}')}")
+    flops = fn.val(f"mul nsw i64 {mn}, %K")
+    big = fn.val(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
+    threads = fn.val("load i32, ptr @rj_num_threads")
+    many = fn.val(f"icmp ne i32 {threads}, 1")
+    par = fn.val(f"and i1 {big}, {many}")
+    fn.emit(f"br i1 {par}, label %team, label %alone")
+    fn.block("team")
+    fn.emit(f"call void @GOMP_parallel(ptr @{work}, ptr {ctx}, i32 {threads}, i32 0)")
+    fn.emit("br label %out")
+    fn.block("alone")
+    fn.emit(f"call void @{work}(ptr {ctx})")
+    fn.emit("br label %out")
+    fn.block("out")
+    fn.emit("ret void")
+    parts.append(fn.text())
+    return "\n".join(parts)
+
+
+# what a module holding gemm functions declares once (besides the runtime globals)
+DECLARATIONS = frozenset({
+    "declare i64 @llvm.smin.i64(i64, i64)", "declare i32 @omp_get_thread_num()",
+    "declare i32 @omp_get_num_threads()", "declare void @GOMP_parallel(ptr, ptr, i32, i32)",
+    "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
+    "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+    *(f"declare <{v} x {t}> @llvm.fma.v{v}f{bits}(<{v} x {t}>, <{v} x {t}>, <{v} x {t}>)"
+      for t, bits in (("float", 32), ("double", 64)) for v in (4, 8, 16)),
+    *(f"declare <{v} x {t}> @llvm.masked.load.v{v}f{bits}.p0(ptr, i32, <{v} x i1>, <{v} x {t}>)"
+      for t, bits in (("float", 32), ("double", 64)) for v in (4, 8, 16)),
+    *(f"declare void @llvm.masked.store.v{v}f{bits}.p0(<{v} x {t}>, ptr, i32, <{v} x i1>)"
+      for t, bits in (("float", 32), ("double", 64)) for v in (4, 8, 16)),
+})
+
+
+# #1, the micro-kernel: optimised once, on its own (inlined, LLVM would optimise it again in
+# every copy its caller's loop unswitching makes); #0, the loops around it and the
+# packing: optimised for size (their vector code is written out; unswitching and
+# unrolling them only make the module slower to compile)
+ATTRIBUTES = "attributes #0 = { nounwind optsize }\nattributes #1 = { nounwind noinline }"
+
+
+def module_text(variant: str, vector_bits: int) -> str:
+    """The LLVM module of one product ``variant`` (its own shared library)."""
+    d, form = variant.split("_")[2:]
+    return "\n".join(["; relaxjax generated matrix product " + variant,
+                      "@rj_num_threads = external global i32", *sorted(DECLARATIONS),
+                      gemm_text(d, form[0] == "t", form[1] == "t", vector_bits),
+                      ATTRIBUTES, ""])
+
+
+# Which products run the generated code rather than BLAS, by shape class, as measured by
+# benchmarks/gemm.py on an AVX-512 host (2 threads; RESULTS.md, 2026-11-25):
+# - fewer than 2**19 multiply-adds (64**3 and less): BLAS, whose call costs less;
+# - shallow (K <= 64) with more than a micro-tile's columns (N > 64): generated, float32
+#   and float64 (attention's q @ k.T: 1.1-2.2x BLAS);
+# - short (2 <= M <= 32 rows) with N > 64: generated for float32 (an MLP's decode-sized
+#   batch: 1.3-2.7x), BLAS for float64 (0.9-1.1x);
+# - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
+# Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
+# on such a host; on this one it runs at 0.75-0.85x).
+MIN_GENERATED_MACS = 1 << 19
+SHALLOW_K = 64
+SHORT_M = 32
+NARROW_N = 64
+
+
+def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int | None,
+                      K: int | None) -> bool:
+    """Whether some product of shape ``(M, K) @ (K, N)`` runs the generated code (see
+    above); None: a size known only at run time.  A call site that never can does not
+    emit the branch, nor make its executable load the generated product."""
+    if vector_bits < 512 or (N is not None and N <= NARROW_N):
+        return False
+    if None in (M, N, K):
+        return True
+    return M * N * K >= MIN_GENERATED_MACS and (K <= SHALLOW_K or (dtype_char == "s" and M <= SHORT_M))
+
+
+def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str) -> str:
+    """The i1 (``val(instr)`` emits an instruction and gives its value) saying whether a
+    product of run-time shape ``(M, K) @ (K, N)`` runs the generated code (see above)."""
+    if vector_bits < 512:
+        return "false"
+    macs = val(f"mul i64 {val(f'mul i64 {M}, {N}')}, {K}")
+    big = val(f"icmp sge i64 {macs}, {MIN_GENERATED_MACS}")
+    wide = val(f"icmp sgt i64 {N}, {NARROW_N}")
+    shape = val(f"icmp sle i64 {K}, {SHALLOW_K}")
+    if dtype_char == "s":
+        shape = val(f"or i1 {shape}, {val(f'icmp sle i64 {M}, {SHORT_M}')}")
+    return val(f"and i1 {val(f'and i1 {big}, {wide}')}, {shape}")

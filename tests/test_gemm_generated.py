@@ -1,0 +1,150 @@
+"""The generated matrix product (``backends/llvm/gemm.py``): packed, register-blocked,
+threaded, one function per element type and transposes for every shape.  Each variant is
+called directly on hypothesis-drawn shapes (0, 1, primes, edge tiles, operands inside
+larger arrays) and checked against NumPy in float64 within the dot product's error bound,
+for both vector widths it is generated for; C's memory outside the product is never
+written.  Through ``jit``, products of the shape classes the rule sends to it agree with
+NumPy on every backend, and the rule itself is checked by shape class."""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+from relaxjax.backends.llvm import engine, gemm, target
+
+from helpers import BACKENDS
+
+pytestmark = pytest.mark.skipif("avx2" not in target.host_features() or "fma" not in target.host_features(),
+                                reason="the generated product needs FMA vectors (AVX2 or AVX-512)")
+
+_SIG = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
+WIDTHS = [b for b in (256, 512) if b <= target.vector_bits()]
+DIMS = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 11, 12, 13, 31, 32, 33, 97]), st.integers(1, 300))
+
+
+@functools.lru_cache(maxsize=None)
+def _product(variant: str, bits: int):
+    engine.prepare_process()
+    mod = engine.compile_llvm(gemm.module_text(variant, bits), [variant], native=engine.native_code())
+    return mod, _SIG(mod.address(variant))
+
+
+def _call(variant, bits, a, b, m, n, k, pad):
+    """C (m x n, row stride n + pad, inside a NaN-filled array) = op(a) @ op(b)."""
+    _, f = _product(variant, bits)
+    big = np.full((m + 1, n + pad), np.nan, a.dtype)
+    f(m, n, k, a.ctypes.data, a.strides[0] // a.itemsize, b.ctypes.data, b.strides[0] // b.itemsize,
+      big.ctypes.data, n + pad)
+    return big
+
+
+def _operand(rng, rows, cols, pad, dtype):
+    """A rows x cols matrix inside a wider array (row stride cols + pad), and its copy."""
+    full = rng.uniform(-1, 1, (rows, cols + pad)).astype(dtype)
+    return full, full[:, :cols]
+
+
+@given(m=DIMS, n=DIMS, k=DIMS, ta=st.booleans(), tb=st.booleans(), letter=st.sampled_from("sd"),
+       pad=st.sampled_from([0, 0, 3]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=80, deadline=None)
+def test_generated_product_agrees_with_numpy(m, n, k, ta, tb, letter, pad, seed):
+    dtype = np.float32 if letter == "s" else np.float64
+    rng = np.random.default_rng(seed)
+    a_full, a = _operand(rng, *((k, m) if ta else (m, k)), pad, dtype)
+    b_full, b = _operand(rng, *((n, k) if tb else (k, n)), pad, dtype)
+    keep = a_full.copy(), b_full.copy()
+    A = (a.T if ta else a).astype(np.float64)
+    B = (b.T if tb else b).astype(np.float64)
+    want = A @ B
+    # the dot product's error bound: |fl(AB) - AB| <= k u |A| |B| (+ what rounding the
+    # float64 oracle's inputs adds nothing to: they are exact)
+    u = np.finfo(dtype).eps / 2
+    bound = 1.01 * k * u * (np.abs(A) @ np.abs(B)) + np.finfo(dtype).tiny
+    for bits in WIDTHS:
+        big = _call(gemm.gemm_symbol(letter, ta, tb), bits, a, b, m, n, k, pad)
+        got = big[:m, :n].astype(np.float64)
+        assert np.all(np.abs(got - want) <= bound), (bits, np.max(np.abs(got - want) - bound))
+        assert np.isnan(big[m]).all() and np.isnan(big[:m, n:]).all(), "wrote outside C"
+    np.testing.assert_array_equal(a_full, keep[0])
+    np.testing.assert_array_equal(b_full, keep[1])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_products_on_one_and_two_threads(threads):
+    """Several column blocks, contraction slices and row blocks (and the edge tiles of
+    each), on the calling thread and split between threads by rows and by columns."""
+    rng = np.random.default_rng(threads)
+    try:
+        engine.set_num_threads(threads)
+        for m, k, n in ((517, 601, 4133), (1031, 300, 45), (9, 1100, 700)):
+            a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            want = a.astype(np.float64) @ b
+            bound = 1.01 * k * 2 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30
+            got = _call("rj_gemm_s_nn", target.vector_bits(), a, b, m, n, k, 0)[:m, :n]
+            assert np.all(np.abs(got - want) <= bound)
+    finally:
+        engine.set_num_threads(0)
+
+
+# what the rule decides, by shape class (gemm.py's table): (letter, M, K, N) -> generated?
+RULE = {("s", 16, 512, 2048): True, ("s", 2, 512, 2048): True, ("s", 300, 64, 1000): True,
+        ("d", 300, 64, 1000): True, ("d", 16, 512, 2048): False, ("s", 64, 64, 64): False,
+        ("s", 1024, 1024, 1024): False, ("s", 1024, 1024, 64): False, ("s", 100, 64, 64): False}
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_function(letter: str):
+    """The rule's LLVM code as a function ``i1 f(M, N, K)`` (for 512-bit vectors)."""
+    n = [0]
+
+    def val(instr):
+        n[0] += 1
+        lines.append(f"  %r{n[0]} = {instr}")
+        return f"%r{n[0]}"
+    lines = ["define i1 @rule(i64 %M, i64 %N, i64 %K) {", "entry:"]
+    out = gemm.use_generated(val, letter, 512, "%M", "%N", "%K")
+    lines += [f"  ret i1 {out}", "}"]
+    target.init()
+    mod = llvm.parse_assembly("\n".join(lines))
+    ee = llvm.create_mcjit_compiler(mod, target.target_machine())
+    ee.finalize_object()
+    return ee, ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
+        ee.get_function_address("rule"))
+
+
+@pytest.mark.parametrize("case", sorted(RULE))
+def test_the_rule_by_shape_class(case):
+    letter, m, k, n = case
+    assert _rule_function(letter)[1](m, n, k) == RULE[case]
+    # the compile-time rule never says no where the run-time one says yes
+    assert gemm.may_use_generated(letter, 512, m, n, k) == RULE[case]
+    assert gemm.may_use_generated(letter, 512, None, None, None)
+    assert not gemm.may_use_generated(letter, 256, m, n, k)
+
+
+@given(m=st.one_of(st.sampled_from([2, 3, 13, 32]), st.integers(2, 32)), n=st.integers(65, 700),
+       k=st.sampled_from([7, 64, 333, 512]), dtype=st.sampled_from(["float32", "float64"]),
+       form=st.sampled_from(["nn", "nt", "epilogue"]))
+@settings(max_examples=25, deadline=None)
+def test_jit_products_the_rule_sends_to_generated_code(m, n, k, dtype, form):
+    """Short (decode-sized) and shallow products through ``jit``, with an epilogue and a
+    transposed operand, on every backend."""
+    f = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T,
+         "epilogue": lambda a, b: np.tanh(a @ b + 1.0)}[form]
+    rng = np.random.default_rng(m * 1000 + n + k)
+    a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (n, k) if form == "nt" else (k, n)).astype(dtype)
+    want = f(a.astype(np.float64), b.astype(np.float64))
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * k)
+    for backend in BACKENDS:
+        got = rj.jit(f, backend=backend)(a, b)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
