@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .codegen import LATE_CYCLES, SERIAL_CYCLES
+
 
 @dataclass(frozen=True)
 class Blocking:
@@ -403,6 +405,17 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
         vals[a] = fn.val(f"load {t}, ptr {p}")
     tid = fn.val("sext i32 " + fn.val("call i32 @omp_get_thread_num()") + " to i64")
     nt = fn.val("sext i32 " + fn.val("call i32 @omp_get_num_threads()") + " to i64")
+    # a worker starting long after the fork means the cores are taken (the kernels' rule,
+    # codegen.LATE_CYCLES): it says so, and products and kernels stay serial a while
+    forked = fn.val(f"load i64, ptr {fn.val(f'getelementptr inbounds i64, ptr %ctx, i64 {len(args)}')}")
+    waited = fn.val(f"sub i64 {fn.val('call i64 @llvm.readcyclecounter()')}, {forked}")
+    late = fn.val(f"and i1 {fn.val(f'icmp ugt i64 {waited}, {LATE_CYCLES}')}, {fn.val(f'icmp ne i64 {tid}, 0')}")
+    fn.emit(f"br i1 {late}, label %late, label %work")
+    fn.block("late")
+    flag = fn.val(f"getelementptr inbounds i64, ptr %ctx, i64 {len(args) + 1}")
+    fn.emit(f"store atomic i64 1, ptr {flag} monotonic, align 8")
+    fn.emit("br label %work")
+    fn.block("work")
     M, N = vals["M"], vals["N"]
     tiles_m = _ceil_div(fn, M, b.mr)
     tiles_n = _ceil_div(fn, N, b.nr)
@@ -452,17 +465,29 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.loop("0", "%M", 1, zero_row)
     fn.emit("br label %out")
     fn.block("product")
-    ctx = fn.val(f"alloca [{len(args)} x i64]")
+    # the arguments, the fork's cycle count and the late flag
+    ctx = fn.val(f"alloca [{len(args) + 2} x i64]")
+    now = fn.val("call i64 @llvm.readcyclecounter()")
     for k, (a, t) in enumerate(zip(args, types)):
         fn.emit(f"store {t} %{a}, ptr {fn.val(f'getelementptr inbounds i64, ptr {ctx}, i64 {k}')}")
+    fn.emit(f"store i64 {now}, ptr {fn.val(f'getelementptr inbounds i64, ptr {ctx}, i64 {len(args)}')}")
+    flag = fn.val(f"getelementptr inbounds i64, ptr {ctx}, i64 {len(args) + 1}")
+    fn.emit(f"store i64 0, ptr {flag}")
     flops = fn.val(f"mul nsw i64 {mn}, %K")
     big = fn.val(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
     threads = fn.val("load i32, ptr @rj_num_threads")
     many = fn.val(f"icmp ne i32 {threads}, 1")
-    par = fn.val(f"and i1 {big}, {many}")
+    until = fn.val("load atomic i64, ptr @rj_serial_until monotonic, align 8")
+    free = fn.val(f"icmp uge i64 {now}, {until}")
+    par = fn.val(f"and i1 {fn.val(f'and i1 {big}, {many}')}, {free}")
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.block("team")
     fn.emit(f"call void @GOMP_parallel(ptr @{work}, ptr {ctx}, i32 {threads}, i32 0)")
+    was_late = fn.val(f"icmp ne i64 {fn.val(f'load atomic i64, ptr {flag} monotonic, align 8')}, 0")
+    fn.emit(f"br i1 {was_late}, label %busy, label %out")
+    fn.block("busy")
+    later = fn.val(f"add i64 {fn.val('call i64 @llvm.readcyclecounter()')}, {SERIAL_CYCLES}")
+    fn.emit(f"store atomic i64 {later}, ptr @rj_serial_until monotonic, align 8")
     fn.emit("br label %out")
     fn.block("alone")
     fn.emit(f"call void @{work}(ptr {ctx})")
@@ -477,7 +502,7 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
 DECLARATIONS = frozenset({
     "declare i64 @llvm.smin.i64(i64, i64)", "declare i32 @omp_get_thread_num()",
     "declare i32 @omp_get_num_threads()", "declare void @GOMP_parallel(ptr, ptr, i32, i32)",
-    "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)",
+    "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)", "declare i64 @llvm.readcyclecounter()",
     "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
     *(f"declare <{v} x {t}> @llvm.fma.v{v}f{bits}(<{v} x {t}>, <{v} x {t}>, <{v} x {t}>)"
       for t, bits in (("float", 32), ("double", 64)) for v in (4, 8, 16)),
@@ -499,7 +524,8 @@ def module_text(variant: str, vector_bits: int) -> str:
     """The LLVM module of one product ``variant`` (its own shared library)."""
     d, form = variant.split("_")[2:]
     return "\n".join(["; relaxjax generated matrix product " + variant,
-                      "@rj_num_threads = external global i32", *sorted(DECLARATIONS),
+                      "@rj_num_threads = external global i32", "@rj_serial_until = external global i64",
+                      *sorted(DECLARATIONS),
                       gemm_text(d, form[0] == "t", form[1] == "t", vector_bits),
                       ATTRIBUTES, ""])
 
@@ -525,7 +551,7 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
     """Whether some product of shape ``(M, K) @ (K, N)`` runs the generated code (see
     above); None: a size known only at run time.  A call site that never can does not
     emit the branch, nor make its executable load the generated product."""
-    if vector_bits < 512 or (N is not None and N <= NARROW_N):
+    if vector_bits < 512 or (N is not None and N <= NARROW_N) or M == 1:
         return False
     if None in (M, N, K):
         return True
@@ -543,4 +569,5 @@ def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str
     shape = val(f"icmp sle i64 {K}, {SHALLOW_K}")
     if dtype_char == "s":
         shape = val(f"or i1 {shape}, {val(f'icmp sle i64 {M}, {SHORT_M}')}")
-    return val(f"and i1 {val(f'and i1 {big}, {wide}')}, {shape}")
+    rows = val(f"icmp sgt i64 {M}, 1")          # one row: BLAS's gemv
+    return val(f"and i1 {val(f'and i1 {big}, {wide}')}, {val(f'and i1 {shape}, {rows}')}")
