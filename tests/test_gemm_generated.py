@@ -97,7 +97,8 @@ def test_large_products_on_one_and_two_threads(threads):
 # what the rule decides, by shape class (gemm.py's table): (letter, M, K, N) -> generated?
 RULE = {("s", 16, 512, 2048): True, ("s", 2, 512, 2048): True, ("s", 300, 64, 1000): True,
         ("d", 300, 64, 1000): True, ("d", 16, 512, 2048): False, ("s", 64, 64, 64): False,
-        ("s", 1024, 1024, 1024): False, ("s", 1024, 1024, 64): False, ("s", 100, 64, 64): False}
+        ("s", 1024, 1024, 1024): False, ("s", 1024, 1024, 64): False, ("s", 100, 64, 64): False,
+        ("s", 8, 30000, 10000): False, ("s", 8, 3, 30000): True, ("s", 1, 512, 2048): False}
 
 
 @functools.lru_cache(maxsize=None)

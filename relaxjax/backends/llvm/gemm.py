@@ -139,6 +139,17 @@ def _splat(fn: _Fn, vt: str, ety: str, x: str, lanes: int) -> str:
     return fn.val(f"shufflevector {vt} {ins}, {vt} poison, <{lanes} x i32> zeroinitializer")
 
 
+def _masked_load(fn: _Fn, ty: str, size: int, V: int, p: str, mask: str) -> str:
+    """``V`` values at ``p`` where ``mask`` is set, zeros elsewhere (nothing read there)."""
+    return fn.val(f"call <{V} x {ty}> @llvm.masked.load.v{V}f{size * 8}.p0(ptr {p}, i32 {size}, "
+                  f"<{V} x i1> {mask}, <{V} x {ty}> zeroinitializer)")
+
+
+def _masked_store(fn: _Fn, ty: str, size: int, V: int, x: str, p: str, mask: str) -> None:
+    fn.emit(f"call void @llvm.masked.store.v{V}f{size * 8}.p0(<{V} x {ty}> {x}, ptr {p}, i32 {size}, "
+            f"<{V} x i1> {mask})")
+
+
 def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
     """Per vector of ``nv`` making a row, the mask of its lanes below column ``cols``."""
     colsv = _splat(fn, f"<{V} x i64>", "i64", cols, V)
@@ -176,8 +187,7 @@ def _micro_kernel(b: Blocking, name: str) -> str:
     bvec = []
     for j in range(NV):
         p = fn.val(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
-        bvec.append(fn.val(f"call {vt} @llvm.masked.load.v{V}f{bits}.p0(ptr {p}, i32 {b.size}, "
-                           f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)"))
+        bvec.append(_masked_load(fn, ty, b.size, V, p, masks[j]))
     aoff = fn.val(f"mul nsw i64 %k, {MR}")
     abase = fn.val(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
     for i in range(MR):
@@ -199,12 +209,10 @@ def _micro_kernel(b: Blocking, name: str) -> str:
         rp = fn.val(f"getelementptr inbounds {ty}, ptr %c, i64 {roff}")
         for j in range(NV):
             p = fn.val(f"getelementptr inbounds {ty}, ptr {rp}, i64 {j * V}")
-            old = fn.val(f"call {vt} @llvm.masked.load.v{V}f{bits}.p0(ptr {p}, i32 {b.size}, "
-                         f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)")
+            old = _masked_load(fn, ty, b.size, V, p, masks[j])
             summed = fn.val(f"fadd {vt} {nexts[i][j]}, {old}")
             val = fn.val(f"select i1 %add, {vt} {summed}, {vt} {nexts[i][j]}")
-            fn.emit(f"call void @llvm.masked.store.v{V}f{bits}.p0({vt} {val}, ptr {p}, i32 {b.size}, "
-                    f"<{V} x i1> {masks[j]})")
+            _masked_store(fn, ty, b.size, V, val, p, masks[j])
         fn.emit(f"br label %{nxt}")
         fn.block(nxt)
     fn.emit("br label %done")
@@ -243,15 +251,13 @@ def _pack(b: Blocking, name: str, panel: int, contiguous_panel: bool) -> str:
                 out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {fn.val(f'mul nsw i64 {k}, {panel}')}")
                 for j in range(nvec):
                     src = fn.val(f"getelementptr inbounds {ty}, ptr {row}, i64 {j * V}")
-                    x = fn.val(f"call {vt} @llvm.masked.load.v{V}f{b.size * 8}.p0(ptr {src}, i32 {b.size}, "
-                               f"<{V} x i1> {masks[j]}, {vt} zeroinitializer)")
+                    x = _masked_load(fn, ty, b.size, V, src, masks[j])
                     dst = fn.val(f"getelementptr inbounds {ty}, ptr {out}, i64 {j * V}")
                     if (j + 1) * V <= panel:
                         fn.emit(f"store {vt} {x}, ptr {dst}, align {b.size}")
                     else:                      # only the panel's lanes: the next k's follow
                         keep = ", ".join("i1 true" if j * V + lane < panel else "i1 false" for lane in range(V))
-                        fn.emit(f"call void @llvm.masked.store.v{V}f{b.size * 8}.p0({vt} {x}, ptr {dst}, "
-                                f"i32 {b.size}, <{V} x i1> <{keep}>)")
+                        _masked_store(fn, ty, b.size, V, x, dst, f"<{keep}>")
             fn.loop("0", "%nk", 1, per_k)
             return
         rows = _min(fn, left, str(panel))
@@ -535,14 +541,17 @@ def module_text(variant: str, vector_bits: int) -> str:
 # - fewer than 2**19 multiply-adds (64**3 and less): BLAS, whose call costs less;
 # - shallow (K <= 64) with more than a micro-tile's columns (N > 64): generated, float32
 #   and float64 (attention's q @ k.T: 1.1-2.2x BLAS);
-# - short (2 <= M <= 32 rows) with N > 64: generated for float32 (an MLP's decode-sized
-#   batch: 1.3-2.7x), BLAS for float64 (0.9-1.1x);
+# - short (2 <= M <= 32 rows) with N > 64 and B within 8 MiB: generated for float32 (an
+#   MLP's decode-sized batch: 1.3-2.7x), BLAS for float64 (0.9-1.1x); a larger B is
+#   streamed from memory, where the micro-kernel's column panels of an unpacked B (one TLB
+#   page per row) ran NPBench's mlp (8 x 30000 @ 30000 x 10000) at half BLAS's speed;
 # - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
 # Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
 # on such a host; on this one it runs at 0.75-0.85x).
 MIN_GENERATED_MACS = 1 << 19
 SHALLOW_K = 64
 SHORT_M = 32
+SHORT_MAX_B_BYTES = 8 << 20
 NARROW_N = 64
 
 
@@ -555,7 +564,8 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
         return False
     if None in (M, N, K):
         return True
-    return M * N * K >= MIN_GENERATED_MACS and (K <= SHALLOW_K or (dtype_char == "s" and M <= SHORT_M))
+    short = dtype_char == "s" and M <= SHORT_M and K * N * 4 <= SHORT_MAX_B_BYTES
+    return M * N * K >= MIN_GENERATED_MACS and (K <= SHALLOW_K or short)
 
 
 def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str) -> str:
@@ -568,6 +578,8 @@ def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str
     wide = val(f"icmp sgt i64 {N}, {NARROW_N}")
     shape = val(f"icmp sle i64 {K}, {SHALLOW_K}")
     if dtype_char == "s":
-        shape = val(f"or i1 {shape}, {val(f'icmp sle i64 {M}, {SHORT_M}')}")
+        b_size = val(f"icmp sle i64 {val(f'mul i64 {K}, {N}')}, {SHORT_MAX_B_BYTES // 4}")
+        short = val(f"and i1 {val(f'icmp sle i64 {M}, {SHORT_M}')}, {b_size}")
+        shape = val(f"or i1 {shape}, {short}")
     rows = val(f"icmp sgt i64 {M}, 1")          # one row: BLAS's gemv
     return val(f"and i1 {val(f'and i1 {big}, {wide}')}, {val(f'and i1 {shape}, {rows}')}")
