@@ -19,7 +19,13 @@ Packing zero-pads the panels, so the micro-kernel always computes a whole tile; 
 store is masked to the rows and columns C has (edge tiles: masks, not other kernels).  M,
 N, K and the leading dimensions are run-time integers, so one function serves every shape;
 the operands may be given transposed (``ta``/``tb``: CBLAS's transpose flags, read while
-packing).  Threads split C into ``rows x columns`` rectangles, each packing its own panels.
+packing).  Threads split C into bands of whole micro-tiles, by rows or (when C has more
+column panels than row panels) by columns, each packing its own panels into buffers it
+keeps from call to call.  A band of a few rows reads B in place instead of packing it.
+
+Each variant is its own shared library (:func:`module_text`), built once per machine into
+the persistent cache; segments call it through a runtime pointer (:func:`pointer_symbol`)
+when :func:`use_generated` says the call's shape class runs faster here than in BLAS.
 
 :func:`gemm_text` gives the module text of one product function (by element type and
 transposes); :func:`gemm_symbol` its name.  Its ABI is CBLAS's row-major gemm with
