@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 
+from report import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -192,16 +194,10 @@ def main() -> None:
     if "torch" not in fws and "torch" in a.frameworks.split(","):
         lines += ["", "torch.compile: not measured (" + ("--no-torch" if a.no_torch else
                                                           "no torch: see --torch-python") + ")"]
-    else:
+    elif "torch" in fws:
         lines += ["", "torch.compile: its trace happens inside the first call, so its `trace` is 0 "
                   "and `compile` is the first call less a second call's run."]
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-        with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
-            json.dump({"|".join(k): v for k, v in res.items()}, f, indent=1)
+    write_report("\n".join(lines), a.out, {"|".join(k): v for k, v in res.items()})
 
 
 def _has(mod: str) -> bool:

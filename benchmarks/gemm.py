@@ -31,6 +31,8 @@ import os
 import subprocess
 import sys
 
+from report import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -224,13 +226,7 @@ def main() -> None:
         lines.append(f"| {k_} x {n_} | " + " | ".join(cells) + f" | {pct} |")
     lines += ["", "float32 2048^3 GFLOP/s by implementation (the peak is the best): " +
               ", ".join(f"{i} {g:.1f}" for i, g in sorted(peaks.items(), key=lambda x: -x[1]))]
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-        with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
-            json.dump({"results": res, "skylakex": skylake, "peaks": peaks}, f, indent=1)
+    write_report("\n".join(lines), a.out, {"results": res, "skylakex": skylake, "peaks": peaks})
 
 
 if __name__ == "__main__":

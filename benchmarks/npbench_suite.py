@@ -46,6 +46,8 @@ import tempfile
 import time
 import traceback
 
+from report import write_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
@@ -406,12 +408,7 @@ def main(argv=None):
     md = (f"NPBench preset {args.preset}, {args.threads} threads"
           f"{', one core busy' if args.busy else ''}, {time.strftime('%Y-%m-%d')}\n\n"
           + table(results, args))
-    print(md)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(md + "\n")
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=1, default=str)
+    write_report(md, args.out, {"args": vars(args), "results": results})
 
 
 if __name__ == "__main__":

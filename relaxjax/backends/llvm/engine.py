@@ -135,7 +135,7 @@ def _runtime_library() -> None:
 def use_gemms(variants) -> None:
     """Make the generated products ``variants`` (``gemm.VARIANTS``) callable through their
     runtime pointers: each compiled once per machine (a shared library in the persistent
-    cache, about a third of a second) or loaded from there, once per process."""
+    cache, about 0.1 s) or loaded from there, once per process."""
     for v in sorted(variants):
         with _LOCK:
             if v in _GEMMS:

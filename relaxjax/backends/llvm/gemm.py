@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .codegen import LATE_CYCLES, SERIAL_CYCLES
+from .codegen import LATE_CYCLES, SERIAL_CYCLES, _Fn as codegen_Fn
 
 
 @dataclass(frozen=True)
@@ -81,31 +81,16 @@ def pointer_symbol(variant: str) -> str:
 VARIANTS = tuple(gemm_symbol(d, ta, tb) for d in "sd" for ta in (False, True) for tb in (False, True))
 
 
-class _Fn:
-    """A function's lines, with fresh SSA names and labels."""
+class _Fn(codegen_Fn):
+    """A function's lines from its header on, on the kernel generator's SSA and label
+    naming, with one-operand values (``value``) and counted loops."""
 
     def __init__(self, header: str):
-        self.lines = [header + " {", "entry:"]
-        self.n = 0
+        super().__init__()
+        self.lines += [header + " {", "entry:"]
 
-    def tmp(self) -> str:
-        self.n += 1
-        return f"%v{self.n}"
-
-    def label(self, hint: str) -> str:
-        self.n += 1
-        return f"{hint}{self.n}"
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " + line)
-
-    def val(self, instr: str) -> str:
-        t = self.tmp()
-        self.emit(f"{t} = {instr}")
-        return t
-
-    def block(self, name: str) -> None:
-        self.lines.append(f"{name}:")
+    def value(self, instr: str) -> str:
+        return self.val("", instr)
 
     def loop(self, start: str, stop: str, step: int | str, body) -> None:
         """``for (i = start; i < stop; i += step) body(i)``; ``body`` emits into the loop
@@ -113,41 +98,41 @@ class _Fn:
         head, bodyl, latch, done = (self.label(h) for h in ("head", "body", "latch", "done"))
         pre = self.label("pre")
         self.emit(f"br label %{pre}")
-        self.block(pre)
+        self.start_block(pre)
         self.emit(f"br label %{head}")
-        self.block(head)
+        self.start_block(head)
         i, nxt = self.tmp(), self.tmp()
         self.emit(f"{i} = phi i64 [ {start}, %{pre} ], [ {nxt}, %{latch} ]")
-        go = self.val(f"icmp slt i64 {i}, {stop}")
+        go = self.value(f"icmp slt i64 {i}, {stop}")
         self.emit(f"br i1 {go}, label %{bodyl}, label %{done}")
-        self.block(bodyl)
+        self.start_block(bodyl)
         body(i)
         self.emit(f"br label %{latch}")
-        self.block(latch)
+        self.start_block(latch)
         self.emit(f"{nxt} = add nsw i64 {i}, {step}")
         self.emit(f"br label %{head}")
-        self.block(done)
+        self.start_block(done)
 
     def text(self) -> str:
         return "\n".join(self.lines + ["}", ""])
 
 
 def _min(fn: _Fn, a: str, b: str) -> str:
-    return fn.val(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
+    return fn.value(f"call i64 @llvm.smin.i64(i64 {a}, i64 {b})")
 
 
 def _ceil_div(fn: _Fn, a: str, c: int) -> str:
-    return fn.val(f"sdiv i64 {fn.val(f'add nsw i64 {a}, {c - 1}')}, {c}")
+    return fn.value(f"sdiv i64 {fn.value(f'add nsw i64 {a}, {c - 1}')}, {c}")
 
 
 def _splat(fn: _Fn, vt: str, ety: str, x: str, lanes: int) -> str:
-    ins = fn.val(f"insertelement {vt} poison, {ety} {x}, i64 0")
-    return fn.val(f"shufflevector {vt} {ins}, {vt} poison, <{lanes} x i32> zeroinitializer")
+    ins = fn.value(f"insertelement {vt} poison, {ety} {x}, i64 0")
+    return fn.value(f"shufflevector {vt} {ins}, {vt} poison, <{lanes} x i32> zeroinitializer")
 
 
 def _masked_load(fn: _Fn, ty: str, size: int, V: int, p: str, mask: str) -> str:
     """``V`` values at ``p`` where ``mask`` is set, zeros elsewhere (nothing read there)."""
-    return fn.val(f"call <{V} x {ty}> @llvm.masked.load.v{V}f{size * 8}.p0(ptr {p}, i32 {size}, "
+    return fn.value(f"call <{V} x {ty}> @llvm.masked.load.v{V}f{size * 8}.p0(ptr {p}, i32 {size}, "
                   f"<{V} x i1> {mask}, <{V} x {ty}> zeroinitializer)")
 
 
@@ -162,7 +147,7 @@ def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
     masks = []
     for j in range(nv):
         lanes = ", ".join(f"i64 {j * V + x}" for x in range(V))
-        masks.append(fn.val(f"icmp slt <{V} x i64> <{lanes}>, {colsv}"))
+        masks.append(fn.value(f"icmp slt <{V} x i64> <{lanes}>, {colsv}"))
     return masks
 
 
@@ -181,48 +166,48 @@ def _micro_kernel(b: Blocking, name: str) -> str:
     masks = _column_masks(fn, V, NV, "%cols")
     loop, store = "kloop", "store"
     fn.emit(f"br label %{loop}")
-    fn.block(loop)
+    fn.start_block(loop)
     accs = [[f"%acc.{i}.{j}" for j in range(NV)] for i in range(MR)]
     nexts = [[f"%nacc.{i}.{j}" for j in range(NV)] for i in range(MR)]
     fn.emit(f"%k = phi i64 [ 0, %entry ], [ %k1, %{loop} ]")
     for i in range(MR):
         for j in range(NV):
             fn.emit(f"{accs[i][j]} = phi {vt} [ zeroinitializer, %entry ], [ {nexts[i][j]}, %{loop} ]")
-    boff = fn.val("mul nsw i64 %k, %bstride")
-    brow = fn.val(f"getelementptr inbounds {ty}, ptr %bp, i64 {boff}")
+    boff = fn.value("mul nsw i64 %k, %bstride")
+    brow = fn.value(f"getelementptr inbounds {ty}, ptr %bp, i64 {boff}")
     bvec = []
     for j in range(NV):
-        p = fn.val(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
+        p = fn.value(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
         bvec.append(_masked_load(fn, ty, b.size, V, p, masks[j]))
-    aoff = fn.val(f"mul nsw i64 %k, {MR}")
-    abase = fn.val(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
+    aoff = fn.value(f"mul nsw i64 %k, {MR}")
+    abase = fn.value(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
     for i in range(MR):
-        p = fn.val(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i}")
-        splat = _splat(fn, vt, ty, fn.val(f"load {ty}, ptr {p}"), V)
+        p = fn.value(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i}")
+        splat = _splat(fn, vt, ty, fn.value(f"load {ty}, ptr {p}"), V)
         for j in range(NV):
             fn.emit(f"{nexts[i][j]} = call {vt} @llvm.fma.v{V}f{bits}({vt} {splat}, {vt} {bvec[j]}, "
                     f"{vt} {accs[i][j]})")
     fn.emit("%k1 = add nsw i64 %k, 1")
-    more = fn.val("icmp slt i64 %k1, %kc")
+    more = fn.value("icmp slt i64 %k1, %kc")
     fn.emit(f"br i1 {more}, label %{loop}, label %{store}")
-    fn.block(store)
+    fn.start_block(store)
     for i in range(MR):
         row, nxt = fn.label("row"), fn.label("next")
-        go = fn.val(f"icmp slt i64 {i}, %rows")
+        go = fn.value(f"icmp slt i64 {i}, %rows")
         fn.emit(f"br i1 {go}, label %{row}, label %done")
-        fn.block(row)
-        roff = fn.val(f"mul nsw i64 {i}, %ldc")
-        rp = fn.val(f"getelementptr inbounds {ty}, ptr %c, i64 {roff}")
+        fn.start_block(row)
+        roff = fn.value(f"mul nsw i64 {i}, %ldc")
+        rp = fn.value(f"getelementptr inbounds {ty}, ptr %c, i64 {roff}")
         for j in range(NV):
-            p = fn.val(f"getelementptr inbounds {ty}, ptr {rp}, i64 {j * V}")
+            p = fn.value(f"getelementptr inbounds {ty}, ptr {rp}, i64 {j * V}")
             old = _masked_load(fn, ty, b.size, V, p, masks[j])
-            summed = fn.val(f"fadd {vt} {nexts[i][j]}, {old}")
-            val = fn.val(f"select i1 %add, {vt} {summed}, {vt} {nexts[i][j]}")
+            summed = fn.value(f"fadd {vt} {nexts[i][j]}, {old}")
+            val = fn.value(f"select i1 %add, {vt} {summed}, {vt} {nexts[i][j]}")
             _masked_store(fn, ty, b.size, V, val, p, masks[j])
         fn.emit(f"br label %{nxt}")
-        fn.block(nxt)
+        fn.start_block(nxt)
     fn.emit("br label %done")
-    fn.block("done")
+    fn.start_block("done")
     fn.emit("ret void")
     return fn.text()
 
@@ -242,23 +227,23 @@ def _pack(b: Blocking, name: str, panel: int, contiguous_panel: bool) -> str:
     npanels = _ceil_div(fn, "%nr", panel)
 
     def per_panel(p):
-        base = fn.val(f"mul nsw i64 {p}, {panel}")
-        pdst = fn.val(f"getelementptr inbounds {ty}, ptr %dst, i64 {fn.val(f'mul nsw i64 {base}, %nk')}")
-        left = fn.val(f"sub nsw i64 %nr, {base}")
-        first = fn.val(f"add nsw i64 %r0, {base}")
+        base = fn.value(f"mul nsw i64 {p}, {panel}")
+        pdst = fn.value(f"getelementptr inbounds {ty}, ptr %dst, i64 {fn.value(f'mul nsw i64 {base}, %nk')}")
+        left = fn.value(f"sub nsw i64 %nr, {base}")
+        first = fn.value(f"add nsw i64 %r0, {base}")
         if contiguous_panel:               # dst[k * panel + r] = src[(c0 + k) * ld + first + r]
             nvec = -(-panel // V)              # vectors per k (the last one partial, masked)
             masks = _column_masks(fn, V, nvec, _min(fn, left, str(panel)))
 
             def per_k(k):
-                at = fn.val(f"mul nsw i64 {fn.val(f'add nsw i64 {k}, %c0')}, %ld")
-                at = fn.val(f"add nsw i64 {at}, {first}")
-                row = fn.val(f"getelementptr inbounds {ty}, ptr %src, i64 {at}")
-                out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {fn.val(f'mul nsw i64 {k}, {panel}')}")
+                at = fn.value(f"mul nsw i64 {fn.value(f'add nsw i64 {k}, %c0')}, %ld")
+                at = fn.value(f"add nsw i64 {at}, {first}")
+                row = fn.value(f"getelementptr inbounds {ty}, ptr %src, i64 {at}")
+                out = fn.value(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {fn.value(f'mul nsw i64 {k}, {panel}')}")
                 for j in range(nvec):
-                    src = fn.val(f"getelementptr inbounds {ty}, ptr {row}, i64 {j * V}")
+                    src = fn.value(f"getelementptr inbounds {ty}, ptr {row}, i64 {j * V}")
                     x = _masked_load(fn, ty, b.size, V, src, masks[j])
-                    dst = fn.val(f"getelementptr inbounds {ty}, ptr {out}, i64 {j * V}")
+                    dst = fn.value(f"getelementptr inbounds {ty}, ptr {out}, i64 {j * V}")
                     if (j + 1) * V <= panel:
                         fn.emit(f"store {vt} {x}, ptr {dst}, align {b.size}")
                     else:                      # only the panel's lanes: the next k's follow
@@ -269,22 +254,22 @@ def _pack(b: Blocking, name: str, panel: int, contiguous_panel: bool) -> str:
         rows = _min(fn, left, str(panel))
 
         def per_row(r):                    # dst[k * panel + r] = src[(first + r) * ld + c0 + k]
-            at = fn.val(f"mul nsw i64 {fn.val(f'add nsw i64 {first}, {r}')}, %ld")
-            row = fn.val(f"getelementptr inbounds {ty}, ptr %src, i64 {fn.val(f'add nsw i64 {at}, %c0')}")
-            out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
+            at = fn.value(f"mul nsw i64 {fn.value(f'add nsw i64 {first}, {r}')}, %ld")
+            row = fn.value(f"getelementptr inbounds {ty}, ptr %src, i64 {fn.value(f'add nsw i64 {at}, %c0')}")
+            out = fn.value(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
 
             def per_k(k):
-                x = fn.val(f"load {ty}, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {row}, i64 {k}')}")
-                d = fn.val(f"mul nsw i64 {k}, {panel}")
-                fn.emit(f"store {ty} {x}, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
+                x = fn.value(f"load {ty}, ptr {fn.value(f'getelementptr inbounds {ty}, ptr {row}, i64 {k}')}")
+                d = fn.value(f"mul nsw i64 {k}, {panel}")
+                fn.emit(f"store {ty} {x}, ptr {fn.value(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
             fn.loop("0", "%nk", 1, per_k)
 
         def pad_row(r):                    # the rows past the source's end: zeros
-            out = fn.val(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
+            out = fn.value(f"getelementptr inbounds {ty}, ptr {pdst}, i64 {r}")
 
             def per_k(k):
-                d = fn.val(f"mul nsw i64 {k}, {panel}")
-                fn.emit(f"store {ty} 0.0, ptr {fn.val(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
+                d = fn.value(f"mul nsw i64 {k}, {panel}")
+                fn.emit(f"store {ty} 0.0, ptr {fn.value(f'getelementptr inbounds {ty}, ptr {out}, i64 {d}')}")
             fn.loop("0", "%nk", 1, per_k)
         fn.loop("0", rows, 1, per_row)
         fn.loop(rows, str(panel), 1, pad_row)
@@ -308,49 +293,49 @@ def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: b
     if tb:
         packb = "true"
     else:
-        packb = fn.val(f"icmp sgt i64 {fn.val('sub nsw i64 %m1, %m0')}, {PACK_B_MIN_ROWS}")
-    bstride = fn.val(f"select i1 {packb}, i64 {b.nr}, i64 %ldb")
+        packb = fn.value(f"icmp sgt i64 {fn.value('sub nsw i64 %m1, %m0')}, {PACK_B_MIN_ROWS}")
+    bstride = fn.value(f"select i1 {packb}, i64 {b.nr}, i64 %ldb")
 
     def jc_loop(jc):
-        nleft = fn.val(f"sub nsw i64 %n1, {jc}")
+        nleft = fn.value(f"sub nsw i64 %n1, {jc}")
         nc = _min(fn, nleft, str(b.nc))
 
         def pc_loop(pc):
-            kleft = fn.val(f"sub nsw i64 %K, {pc}")
+            kleft = fn.value(f"sub nsw i64 %K, {pc}")
             kc = _min(fn, kleft, str(b.kc))
-            add = fn.val(f"icmp sgt i64 {pc}, 0")
+            add = fn.value(f"icmp sgt i64 {pc}, 0")
             packing, packed = fn.label("packb"), fn.label("packedb")
             fn.emit(f"br i1 {packb}, label %{packing}, label %{packed}")
-            fn.block(packing)
+            fn.start_block(packing)
             fn.emit(f"call void @{pack_b}(ptr %B, i64 %ldb, i64 {jc}, i64 {nc}, i64 {pc}, i64 {kc}, ptr %bbuf)")
             fn.emit(f"br label %{packed}")
-            fn.block(packed)
+            fn.start_block(packed)
             # B in place: row pc, column jc of B
-            at = fn.val(f"mul nsw i64 {pc}, %ldb")
-            at = fn.val(f"add nsw i64 {at}, {jc}")
-            bhere = fn.val(f"getelementptr inbounds {ty}, ptr %B, i64 {at}")
+            at = fn.value(f"mul nsw i64 {pc}, %ldb")
+            at = fn.value(f"add nsw i64 {at}, {jc}")
+            bhere = fn.value(f"getelementptr inbounds {ty}, ptr %B, i64 {at}")
 
             def ic_loop(ic):
-                mleft = fn.val(f"sub nsw i64 %m1, {ic}")
+                mleft = fn.value(f"sub nsw i64 %m1, {ic}")
                 mc = _min(fn, mleft, str(b.mc))
                 fn.emit(f"call void @{pack_a}(ptr %A, i64 %lda, i64 {ic}, i64 {mc}, i64 {pc}, i64 {kc}, ptr %abuf)")
 
                 def jr_loop(jr):
-                    cols = _min(fn, fn.val(f"sub nsw i64 {nc}, {jr}"), str(b.nr))
-                    boff = fn.val(f"mul nsw i64 {jr}, {kc}")
-                    bpacked = fn.val(f"getelementptr inbounds {ty}, ptr %bbuf, i64 {boff}")
-                    bgiven = fn.val(f"getelementptr inbounds {ty}, ptr {bhere}, i64 {jr}")
-                    bp = fn.val(f"select i1 {packb}, ptr {bpacked}, ptr {bgiven}")
-                    col = fn.val(f"add nsw i64 {jc}, {jr}")
+                    cols = _min(fn, fn.value(f"sub nsw i64 {nc}, {jr}"), str(b.nr))
+                    boff = fn.value(f"mul nsw i64 {jr}, {kc}")
+                    bpacked = fn.value(f"getelementptr inbounds {ty}, ptr %bbuf, i64 {boff}")
+                    bgiven = fn.value(f"getelementptr inbounds {ty}, ptr {bhere}, i64 {jr}")
+                    bp = fn.value(f"select i1 {packb}, ptr {bpacked}, ptr {bgiven}")
+                    col = fn.value(f"add nsw i64 {jc}, {jr}")
 
                     def ir_loop(ir):
-                        rows = _min(fn, fn.val(f"sub nsw i64 {mc}, {ir}"), str(b.mr))
-                        aoff = fn.val(f"mul nsw i64 {ir}, {kc}")
-                        ap = fn.val(f"getelementptr inbounds {ty}, ptr %abuf, i64 {aoff}")
-                        row = fn.val(f"add nsw i64 {ic}, {ir}")
-                        coff = fn.val(f"mul nsw i64 {row}, %ldc")
-                        coff = fn.val(f"add nsw i64 {coff}, {col}")
-                        cp = fn.val(f"getelementptr inbounds {ty}, ptr %C, i64 {coff}")
+                        rows = _min(fn, fn.value(f"sub nsw i64 {mc}, {ir}"), str(b.mr))
+                        aoff = fn.value(f"mul nsw i64 {ir}, {kc}")
+                        ap = fn.value(f"getelementptr inbounds {ty}, ptr %abuf, i64 {aoff}")
+                        row = fn.value(f"add nsw i64 {ic}, {ir}")
+                        coff = fn.value(f"mul nsw i64 {row}, %ldc")
+                        coff = fn.value(f"add nsw i64 {coff}, {col}")
+                        cp = fn.value(f"getelementptr inbounds {ty}, ptr %C, i64 {coff}")
                         fn.emit(f"call void @{ukernel}(i64 {kc}, ptr {ap}, ptr {bp}, i64 {bstride}, ptr {cp}, i64 %ldc, "
                                 f"i64 {rows}, i64 {cols}, i1 {add})")
                     fn.loop("0", mc, b.mr, ir_loop)
@@ -413,98 +398,98 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn = _Fn(f"define internal void @{work}(ptr %ctx) #0")
     vals = {}
     for k, (a, t) in enumerate(zip(args, types)):
-        p = fn.val(f"getelementptr inbounds i64, ptr %ctx, i64 {k}")
-        vals[a] = fn.val(f"load {t}, ptr {p}")
-    tid = fn.val("sext i32 " + fn.val("call i32 @omp_get_thread_num()") + " to i64")
-    nt = fn.val("sext i32 " + fn.val("call i32 @omp_get_num_threads()") + " to i64")
+        p = fn.value(f"getelementptr inbounds i64, ptr %ctx, i64 {k}")
+        vals[a] = fn.value(f"load {t}, ptr {p}")
+    tid = fn.value("sext i32 " + fn.value("call i32 @omp_get_thread_num()") + " to i64")
+    nt = fn.value("sext i32 " + fn.value("call i32 @omp_get_num_threads()") + " to i64")
     # a worker starting long after the fork means the cores are taken (the kernels' rule,
     # codegen.LATE_CYCLES): it says so, and products and kernels stay serial a while
-    forked = fn.val(f"load i64, ptr {fn.val(f'getelementptr inbounds i64, ptr %ctx, i64 {len(args)}')}")
-    waited = fn.val(f"sub i64 {fn.val('call i64 @llvm.readcyclecounter()')}, {forked}")
-    late = fn.val(f"and i1 {fn.val(f'icmp ugt i64 {waited}, {LATE_CYCLES}')}, {fn.val(f'icmp ne i64 {tid}, 0')}")
+    forked = fn.value(f"load i64, ptr {fn.value(f'getelementptr inbounds i64, ptr %ctx, i64 {len(args)}')}")
+    waited = fn.value(f"sub i64 {fn.value('call i64 @llvm.readcyclecounter()')}, {forked}")
+    late = fn.value(f"and i1 {fn.value(f'icmp ugt i64 {waited}, {LATE_CYCLES}')}, {fn.value(f'icmp ne i64 {tid}, 0')}")
     fn.emit(f"br i1 {late}, label %late, label %work")
-    fn.block("late")
-    flag = fn.val(f"getelementptr inbounds i64, ptr %ctx, i64 {len(args) + 1}")
+    fn.start_block("late")
+    flag = fn.value(f"getelementptr inbounds i64, ptr %ctx, i64 {len(args) + 1}")
     fn.emit(f"store atomic i64 1, ptr {flag} monotonic, align 8")
     fn.emit("br label %work")
-    fn.block("work")
+    fn.start_block("work")
     M, N = vals["M"], vals["N"]
     tiles_m = _ceil_div(fn, M, b.mr)
     tiles_n = _ceil_div(fn, N, b.nr)
-    by_rows = fn.val(f"icmp sge i64 {tiles_m}, {tiles_n}")
-    tiles = fn.val(f"select i1 {by_rows}, i64 {tiles_m}, i64 {tiles_n}")
-    tile = fn.val(f"select i1 {by_rows}, i64 {b.mr}, i64 {b.nr}")
-    extent = fn.val(f"select i1 {by_rows}, i64 {M}, i64 {N}")
-    per = fn.val(f"sub nsw i64 {nt}, 1")
-    per = fn.val(f"sdiv i64 {fn.val(f'add nsw i64 {tiles}, {per}')}, {nt}")
-    per = fn.val(f"mul nsw i64 {per}, {tile}")
-    lo = _min(fn, fn.val(f"mul nsw i64 {tid}, {per}"), extent)
-    hi = _min(fn, fn.val(f"add nsw i64 {lo}, {per}"), extent)
-    m0 = fn.val(f"select i1 {by_rows}, i64 {lo}, i64 0")
-    m1 = fn.val(f"select i1 {by_rows}, i64 {hi}, i64 {M}")
-    n0 = fn.val(f"select i1 {by_rows}, i64 0, i64 {lo}")
-    n1 = fn.val(f"select i1 {by_rows}, i64 {N}, i64 {hi}")
-    some = fn.val(f"icmp slt i64 {lo}, {hi}")
+    by_rows = fn.value(f"icmp sge i64 {tiles_m}, {tiles_n}")
+    tiles = fn.value(f"select i1 {by_rows}, i64 {tiles_m}, i64 {tiles_n}")
+    tile = fn.value(f"select i1 {by_rows}, i64 {b.mr}, i64 {b.nr}")
+    extent = fn.value(f"select i1 {by_rows}, i64 {M}, i64 {N}")
+    per = fn.value(f"sub nsw i64 {nt}, 1")
+    per = fn.value(f"sdiv i64 {fn.value(f'add nsw i64 {tiles}, {per}')}, {nt}")
+    per = fn.value(f"mul nsw i64 {per}, {tile}")
+    lo = _min(fn, fn.value(f"mul nsw i64 {tid}, {per}"), extent)
+    hi = _min(fn, fn.value(f"add nsw i64 {lo}, {per}"), extent)
+    m0 = fn.value(f"select i1 {by_rows}, i64 {lo}, i64 0")
+    m1 = fn.value(f"select i1 {by_rows}, i64 {hi}, i64 {M}")
+    n0 = fn.value(f"select i1 {by_rows}, i64 0, i64 {lo}")
+    n1 = fn.value(f"select i1 {by_rows}, i64 {N}, i64 {hi}")
+    some = fn.value(f"icmp slt i64 {lo}, {hi}")
     fn.emit(f"br i1 {some}, label %go, label %out")
-    fn.block("go")
+    fn.start_block("go")
     # packing buffers: A's MC x KC block, B's KC x min(NC, band) block, 64-byte aligned
-    ncols = _min(fn, fn.val(f"sub nsw i64 {n1}, {n0}"), str(b.nc))
-    ncols = fn.val(f"mul nsw i64 {_ceil_div(fn, ncols, b.nr)}, {b.nr}")
-    bbytes = fn.val(f"mul nsw i64 {ncols}, {b.kc * b.size}")
-    abuf = fn.val(f"call ptr @{name}.buffer(ptr @{name}.abuf, i64 {b.mc * b.kc * b.size})")
-    bbuf = fn.val(f"call ptr @{name}.buffer(ptr @{name}.bbuf, i64 {bbytes})")
+    ncols = _min(fn, fn.value(f"sub nsw i64 {n1}, {n0}"), str(b.nc))
+    ncols = fn.value(f"mul nsw i64 {_ceil_div(fn, ncols, b.nr)}, {b.nr}")
+    bbytes = fn.value(f"mul nsw i64 {ncols}, {b.kc * b.size}")
+    abuf = fn.value(f"call ptr @{name}.buffer(ptr @{name}.abuf, i64 {b.mc * b.kc * b.size})")
+    bbuf = fn.value(f"call ptr @{name}.buffer(ptr @{name}.bbuf, i64 {bbytes})")
     fn.emit(f"call void @{blk}(i64 {m0}, i64 {m1}, i64 {n0}, i64 {n1}, i64 {vals['K']}, ptr {vals['A']}, "
             f"i64 {vals['lda']}, ptr {vals['B']}, i64 {vals['ldb']}, ptr {vals['C']}, i64 {vals['ldc']}, "
             f"ptr {abuf}, ptr {bbuf})")
     fn.emit("br label %out")
-    fn.block("out")
+    fn.start_block("out")
     fn.emit("ret void")
     parts.append(fn.text())
     parts.append(_buffers(name))
 
     # the entry: C = 0 when K == 0; else the worker on one thread or the team
     fn = _Fn(f"define void @{name}(" + ", ".join(f"{t} %{a}" for a, t in zip(args, types)) + ")")
-    mn = fn.val("mul nsw i64 %M, %N")
-    empty = fn.val(f"icmp sle i64 {mn}, 0")
+    mn = fn.value("mul nsw i64 %M, %N")
+    empty = fn.value(f"icmp sle i64 {mn}, 0")
     fn.emit("br i1 " + empty + ", label %out, label %nonempty")
-    fn.block("nonempty")
-    nok = fn.val("icmp sle i64 %K, 0")
+    fn.start_block("nonempty")
+    nok = fn.value("icmp sle i64 %K, 0")
     fn.emit(f"br i1 {nok}, label %zero, label %product")
-    fn.block("zero")
+    fn.start_block("zero")
     def zero_row(i):
-        row = fn.val(f"getelementptr inbounds {b.ty}, ptr %C, i64 {fn.val(f'mul nsw i64 {i}, %ldc')}")
-        fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.val(f'mul nsw i64 %N, {b.size}')}, i1 false)")
+        row = fn.value(f"getelementptr inbounds {b.ty}, ptr %C, i64 {fn.value(f'mul nsw i64 {i}, %ldc')}")
+        fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.value(f'mul nsw i64 %N, {b.size}')}, i1 false)")
     fn.loop("0", "%M", 1, zero_row)
     fn.emit("br label %out")
-    fn.block("product")
+    fn.start_block("product")
     # the arguments, the fork's cycle count and the late flag
-    ctx = fn.val(f"alloca [{len(args) + 2} x i64]")
-    now = fn.val("call i64 @llvm.readcyclecounter()")
+    ctx = fn.value(f"alloca [{len(args) + 2} x i64]")
+    now = fn.value("call i64 @llvm.readcyclecounter()")
     for k, (a, t) in enumerate(zip(args, types)):
-        fn.emit(f"store {t} %{a}, ptr {fn.val(f'getelementptr inbounds i64, ptr {ctx}, i64 {k}')}")
-    fn.emit(f"store i64 {now}, ptr {fn.val(f'getelementptr inbounds i64, ptr {ctx}, i64 {len(args)}')}")
-    flag = fn.val(f"getelementptr inbounds i64, ptr {ctx}, i64 {len(args) + 1}")
+        fn.emit(f"store {t} %{a}, ptr {fn.value(f'getelementptr inbounds i64, ptr {ctx}, i64 {k}')}")
+    fn.emit(f"store i64 {now}, ptr {fn.value(f'getelementptr inbounds i64, ptr {ctx}, i64 {len(args)}')}")
+    flag = fn.value(f"getelementptr inbounds i64, ptr {ctx}, i64 {len(args) + 1}")
     fn.emit(f"store i64 0, ptr {flag}")
-    flops = fn.val(f"mul nsw i64 {mn}, %K")
-    big = fn.val(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
-    threads = fn.val("load i32, ptr @rj_num_threads")
-    many = fn.val(f"icmp ne i32 {threads}, 1")
-    until = fn.val("load atomic i64, ptr @rj_serial_until monotonic, align 8")
-    free = fn.val(f"icmp uge i64 {now}, {until}")
-    par = fn.val(f"and i1 {fn.val(f'and i1 {big}, {many}')}, {free}")
+    flops = fn.value(f"mul nsw i64 {mn}, %K")
+    big = fn.value(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
+    threads = fn.value("load i32, ptr @rj_num_threads")
+    many = fn.value(f"icmp ne i32 {threads}, 1")
+    until = fn.value("load atomic i64, ptr @rj_serial_until monotonic, align 8")
+    free = fn.value(f"icmp uge i64 {now}, {until}")
+    par = fn.value(f"and i1 {fn.value(f'and i1 {big}, {many}')}, {free}")
     fn.emit(f"br i1 {par}, label %team, label %alone")
-    fn.block("team")
+    fn.start_block("team")
     fn.emit(f"call void @GOMP_parallel(ptr @{work}, ptr {ctx}, i32 {threads}, i32 0)")
-    was_late = fn.val(f"icmp ne i64 {fn.val(f'load atomic i64, ptr {flag} monotonic, align 8')}, 0")
+    was_late = fn.value(f"icmp ne i64 {fn.value(f'load atomic i64, ptr {flag} monotonic, align 8')}, 0")
     fn.emit(f"br i1 {was_late}, label %busy, label %out")
-    fn.block("busy")
-    later = fn.val(f"add i64 {fn.val('call i64 @llvm.readcyclecounter()')}, {SERIAL_CYCLES}")
+    fn.start_block("busy")
+    later = fn.value(f"add i64 {fn.value('call i64 @llvm.readcyclecounter()')}, {SERIAL_CYCLES}")
     fn.emit(f"store atomic i64 {later}, ptr @rj_serial_until monotonic, align 8")
     fn.emit("br label %out")
-    fn.block("alone")
+    fn.start_block("alone")
     fn.emit(f"call void @{work}(ptr {ctx})")
     fn.emit("br label %out")
-    fn.block("out")
+    fn.start_block("out")
     fn.emit("ret void")
     parts.append(fn.text())
     return "\n".join(parts)
