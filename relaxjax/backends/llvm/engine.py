@@ -18,7 +18,7 @@ import llvmlite.binding as llvm
 
 from ... import cache
 from ...tir import PrimFunc
-from . import gemm, mathlib, target
+from . import blas_threads, gemm, mathlib, target
 from .codegen import KernelEmitter, helper_source
 from .host import check_object_layout
 from .irtypes import SEGMENT_OPTNONE
@@ -113,7 +113,16 @@ def prepare_process() -> None:
     target.libmvec()
     if not target.libgomp():
         set_num_threads(1)
+    else:
+        blas_threads.install(target.blas_threads_setter(), _callback_module)
     _runtime_symbols()
+
+
+def _callback_module(text: str, entry_names: list):
+    """A module of process-lifetime helpers: a shared library through the cache, else MCJIT."""
+    if generated_products():
+        return SharedModule(text, entry_names, exports=False)
+    return CompiledModule(text, entry_names)
 
 
 def _runtime_library() -> None:
@@ -140,21 +149,27 @@ def use_gemms(variants) -> None:
         with _LOCK:
             if v in _GEMMS:
                 continue
-            text = gemm.module_text(v, target.vector_bits())
-            if native_code():
-                _runtime_library()
-                mod = SharedModule(text, [v], exports=False)
-            else:
-                _runtime_symbols()
-                mod = CompiledModule(text, [v])
+            if not generated_products():
+                raise RuntimeError(f"the generated matrix product {v} needs a linker for its "
+                                   "shared library (its packing buffers are thread-local, "
+                                   "which in-memory MCJIT code cannot hold)")
+            _runtime_library()
+            mod = SharedModule(gemm.module_text(v, target.vector_bits()), [v], exports=False)
             _GEMMS[v] = mod
             _set_global(gemm.pointer_symbol(v), mod.address(v))
+
+
+def generated_products() -> bool:
+    """Whether the generated matrix products can load: each is a shared library (built in
+    a temporary file when the persistent cache is off), so it needs a linker and a
+    loader that work; without them every product is a BLAS call."""
+    return not _NATIVE_FAILED and target.linker() is not None
 
 
 def native_code() -> bool:
     """Whether new executables compile to shared libraries through the persistent cache
     (cache on, a linker found, and no failure so far) rather than to in-memory MCJIT code."""
-    return cache.enabled() and not _NATIVE_FAILED and target.linker() is not None
+    return cache.enabled() and generated_products()
 
 
 def _optimize(text: str, tm):

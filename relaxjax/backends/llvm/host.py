@@ -91,9 +91,12 @@ class SegmentEmitter(KernelEmitter):
     segment), or at a gather index out of range (``INDEX_ERROR | (k + 1) << 32``)."""
 
     def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms, kernel_numbers=None,
-                 optimize: bool = True):
+                 optimize: bool = True, generated_products: bool = True):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
         self.optimize = optimize        # else LLVM leaves the segment as written (optnone)
+        # whether products may call the generated code (engine.generated_products), else
+        # every product is a BLAS call
+        self.generated_products = generated_products
         # id(kernel) -> the numbers its family's code takes after the dims (tir.families)
         self.kernel_numbers = kernel_numbers or {}
         self.math_used, self.helpers_used = set(), set()
@@ -385,7 +388,7 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(yes)
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
-        if letter in "sd" and gemm.may_use_generated(letter, bits, *known):
+        if letter in "sd" and self.generated_products and gemm.may_use_generated(letter, bits, *known):
             variant = gemm.gemm_symbol(letter, ta, tb)
             self.gemms_used.add(variant)
             ptr = "@" + gemm.pointer_symbol(variant)

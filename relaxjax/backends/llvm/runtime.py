@@ -19,8 +19,8 @@ from ...shapes import dim_str, eval_dim, is_symbolic
 from ..executable import Executable
 from . import runner_memory, stored
 from .buffer_pool import POOL
-from .engine import (_NATIVE_FAILED, compile_llvm, kernel_code, log, module_with_kernels, use_gemms,
-                     native_code, prepare_process)
+from .engine import (_NATIVE_FAILED, compile_llvm, generated_products, kernel_code, log,
+                     module_with_kernels, native_code, prepare_process, use_gemms)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.families import families
@@ -146,7 +146,8 @@ class LLVMExecutable(Executable):
         natives: dict = {}
         gemms: set = set()
         for seg in self.segments:
-            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region)
+            em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region,
+                                 generated_products=generated_products())
             parts.append(em.emit())
             helpers |= em.helpers_used
             natives.update(em.natives)
