@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
-
 import numpy as np
 import pytest
 
@@ -41,10 +39,10 @@ CHECKS = textwrap.dedent("""
 """)
 
 
-def _run(code: str, env: dict) -> str:
+def _run(code: str, env: dict, timeout: float = 300) -> str:
     full = dict(os.environ, **env)
     out = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -72,24 +70,32 @@ def _openblas_threads() -> int:
     return getattr(ctypes.CDLL(path), f"{pre}openblas_get_num_threads{suffix.rstrip('_')}_")()
 
 
-def test_concurrent_callers_serialize_correctly():
-    _prepared()
-    ns: dict = {}
-    exec(CHECKS, ns)
-    errors: list = []
-
-    def work(t):
-        try:
-            for r in range(3):
-                ns["checks"](10 * t + r)
-        except Exception as e:      # reported by the main thread
-            errors.append(f"thread {t}: {type(e).__name__}: {e}")
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert errors == []
+def test_concurrent_callers():
+    """Products and LU/Cholesky factorizations from four Python threads at once, in a
+    subprocess (a hang fails by its timeout): OpenBLAS's LU queues its jobs to its own
+    server threads while the other threads' products run through the callback."""
+    code = CHECKS + textwrap.dedent("""
+        import threading
+        from relaxjax.backends.llvm import blas_threads, engine
+        engine.prepare_process()
+        errors = []
+        def work(t):
+            try:
+                for r in range(4):
+                    checks(10 * t + r)
+                    a = np.random.default_rng(t).standard_normal((600, 600)) + 600 * np.eye(600)
+                    assert np.allclose(a @ np.linalg.solve(a, np.ones(600)), 1.0)
+            except Exception as e:
+                errors.append(f"thread {t}: {type(e).__name__}: {e}")
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        print("errors", errors, "counts", blas_threads.counts())
+    """)
+    out = _run(code, {"OPENBLAS_NUM_THREADS": "2"}, timeout=120)
+    assert "errors []" in out, out
 
 
 def test_jitted_products_between_kernels():

@@ -18,9 +18,15 @@ after another would never finish).  :data:`CALLBACK_TEXT` is that callback in LL
 - where such a team cannot be had — inside a parallel region (a nested team has one
   thread), with ``OMP_DYNAMIC`` on or a thread limit below ``numjobs`` — one POSIX thread
   per job after the first, joined before returning;
-- one caller at a time (a mutex): OpenBLAS's own server serializes its callers, and the
-  callback gives each job the buffers of its index (``blas_thread_buffer[i]``), which two
-  concurrent callers would share.
+- each job under a thread number OpenBLAS's own server threads never use: ``dojob``'s
+  first argument picks the thread's status slot and packing buffer
+  (``thread_status[t]``, ``blas_thread_buffer[t]``, ``t < MAX_CPU_NUMBER``), and the LU
+  factorization (``getrf_parallel``) still queues its jobs to the server threads
+  (``exec_blas_async``, slots ``0 .. threads - 2``): a product run through the callback
+  under those numbers while another Python thread factorizes overwrote their status and
+  hung the factorization.  The callback's jobs take slots ``MAX_CPU_NUMBER / 2 + i``
+  (installed only while OpenBLAS has at most that many threads);
+- one caller at a time (a mutex): two concurrent callers would share those slots.
 
 The callback is installed when the LLVM backend prepares the process and applies to every
 OpenBLAS call in it, NumPy's own included (they run on the same team).  A forked child
@@ -37,6 +43,9 @@ CALLBACK_TEXT = """; relaxjax: OpenBLAS's jobs on the OpenMP team (see blas_thre
 %jobs = type { ptr, i64, i64, ptr, i32 }
 
 @rj_blas_jobs_mutex = internal global [64 x i8] zeroinitializer, align 16
+; the first thread slot of the callback's jobs, and OpenBLAS's MAX_CPU_NUMBER (set at install)
+@rj_blas_jobs_slot = global i32 0
+@rj_blas_jobs_slots = global i32 0
 ; calls run on the team and on POSIX threads (read by blas_threads.counts)
 @rj_blas_jobs_team = global i64 0
 @rj_blas_jobs_posix = global i64 0
@@ -51,6 +60,7 @@ declare i32 @pthread_mutex_lock(ptr)
 declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_join(i64, ptr)
+declare i32 @llvm.smin.i32(i32, i32)
 
 define internal void @rj_blas_job(ptr %jobs, i64 %i) {
 entry:
@@ -65,7 +75,15 @@ entry:
   %off = mul i64 %i, %size
   %job = getelementptr inbounds i8, ptr %data, i64 %off
   %i32 = trunc i64 %i to i32
-  call void %dojob(i32 %i32, ptr %job, i32 %arg)
+  %n = getelementptr inbounds %jobs, ptr %jobs, i32 0, i32 1
+  %n64 = load i64, ptr %n
+  %n32 = trunc i64 %n64 to i32
+  %first = load i32, ptr @rj_blas_jobs_slot
+  %slots = load i32, ptr @rj_blas_jobs_slots
+  %room = sub i32 %slots, %n32
+  %base = call i32 @llvm.smin.i32(i32 %first, i32 %room)
+  %slot = add i32 %base, %i32
+  call void %dojob(i32 %slot, ptr %job, i32 %arg)
   ret void
 }
 
@@ -192,16 +210,19 @@ def wanted() -> bool:
     return os.environ.get("RELAXJAX_BLAS_THREADS", "openmp").strip().lower() != "openblas"
 
 
-def install(setter_address: int | None, compile_module) -> bool:
+def install(setter_address: int | None, threads: int, slots: int, compile_module) -> bool:
     """Install the callback through OpenBLAS's ``set_threads_callback_function`` at
-    ``setter_address`` (None: this OpenBLAS has none, nothing is done).  ``compile_module``
-    (text, entry names) gives a module whose ``address(name)`` is the callback's, kept for
-    the process's life.  Returns whether the callback is installed."""
+    ``setter_address`` (None: this OpenBLAS has none, nothing is done), for an OpenBLAS of
+    ``threads`` threads and ``slots`` thread slots (``MAX_CPU_NUMBER``; 0: unknown, nothing
+    is done).  ``compile_module(text, entry names)`` gives a module whose ``address(name)``
+    is the callback's, kept for the process's life.  Returns whether it is installed."""
     if _INSTALLED:
         return True
-    if setter_address is None or not wanted():
+    if setter_address is None or not wanted() or threads > slots // 2:
         return False
     module = compile_module(CALLBACK_TEXT, [ENTRY])
+    ctypes.c_int32.from_address(module.address("rj_blas_jobs_slot")).value = slots // 2
+    ctypes.c_int32.from_address(module.address("rj_blas_jobs_slots")).value = slots
     setter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(setter_address)
     setter(module.address(ENTRY))
     _INSTALLED.append((setter, module))

@@ -114,7 +114,7 @@ def prepare_process() -> None:
     if not target.libgomp():
         set_num_threads(1)
     else:
-        blas_threads.install(target.blas_threads_setter(), _callback_module)
+        blas_threads.install(target.blas_threads_setter(), *target.blas_threads(), _callback_module)
     _runtime_symbols()
 
 

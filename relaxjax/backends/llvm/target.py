@@ -242,19 +242,38 @@ def lapack_function(name: str) -> tuple[int, int] | None:
     return ctypes.cast(fn, ctypes.c_void_p).value, 64 if suffix == "64_" else 32
 
 
-@functools.lru_cache(maxsize=None)
-def blas_threads_setter() -> int | None:
-    """The address of NumPy's OpenBLAS ``openblas_set_threads_callback_function`` (0.3.28
-    and later; see ``blas_threads``), or None."""
+def _openblas_extension(name: str):
+    """NumPy's OpenBLAS's own function ``openblas_<name>`` (as scipy-openblas names it:
+    ``scipy_openblas_<name>64_``), or None."""
     found = openblas()
     if found is None:
         return None
     path, (prefix, suffix) = found
     pre = prefix[:-len("cblas_")] if prefix.endswith("cblas_") else ""
-    name = f"{pre}openblas_set_threads_callback_function{suffix.rstrip('_')}_" if suffix \
-        else "openblas_set_threads_callback_function"
-    fn = getattr(_library(path), name, None)
+    full = f"{pre}openblas_{name}{suffix.rstrip('_')}_" if suffix else f"openblas_{name}"
+    return getattr(_library(path), full, None)
+
+
+@functools.lru_cache(maxsize=None)
+def blas_threads_setter() -> int | None:
+    """The address of NumPy's OpenBLAS ``openblas_set_threads_callback_function`` (0.3.28
+    and later; see ``blas_threads``), or None."""
+    fn = _openblas_extension("set_threads_callback_function")
     return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def blas_threads() -> tuple[int, int]:
+    """(threads, thread slots) of NumPy's OpenBLAS: ``openblas_get_num_threads()`` and the
+    ``MAX_THREADS`` its configuration string names (its ``MAX_CPU_NUMBER``); (0, 0) when
+    either is unknown."""
+    get, config = _openblas_extension("get_num_threads"), _openblas_extension("get_config")
+    if get is None or config is None:
+        return 0, 0
+    config.restype = ctypes.c_char_p
+    for word in (config() or b"").decode(errors="replace").split():
+        if word.startswith("MAX_THREADS=") and word[12:].isdigit():
+            return int(get()), int(word[12:])
+    return 0, 0
 
 
 @functools.lru_cache(maxsize=None)
