@@ -158,3 +158,19 @@ def test_forked_child_uses_openblas_threads():
     """)
     out = _run(code, {"OPENBLAS_NUM_THREADS": "2"})
     assert "child 0" in out and "parent True True" in out
+
+
+def test_not_installed_without_a_known_slot_count(monkeypatch):
+    """An OpenBLAS whose thread slots are unknown (0) or too few for its threads gets no
+    callback (its jobs' slot numbers could not be kept apart from its server threads')."""
+    compiled = []
+
+    def compile_module(text, names):          # never reached
+        compiled.append(names)
+        raise AssertionError("compiled")
+    monkeypatch.setattr(blas_threads, "_INSTALLED", [])    # as in a process without it
+    assert not blas_threads.install(1234, 0, 0, compile_module)
+    assert not blas_threads.install(1234, 2, 0, compile_module)
+    assert not blas_threads.install(1234, 40, 64, compile_module)
+    assert not blas_threads.install(None, 2, 64, compile_module)
+    assert compiled == []

@@ -149,3 +149,29 @@ def test_jit_products_the_rule_sends_to_generated_code(m, n, k, dtype, form):
         got = rj.jit(f, backend=backend)(a, b)
         assert got.dtype == np.dtype(dtype)
         np.testing.assert_allclose(got.astype(np.float64), want, **tol)
+
+
+def test_generated_product_with_the_cache_off():
+    """With ``RELAXJAX_CACHE=0`` executables compile in memory (MCJIT), which cannot hold the
+    product's thread-local packing buffers: the product is linked into a temporary shared
+    library instead (it aborted the process before), and its results are NumPy's."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, relaxjax as rj\n"
+        "from relaxjax.backends.llvm import engine, gemm, target\n"
+        "f = rj.jit(lambda a, b: a @ b)\n"
+        "rng = np.random.default_rng(0)\n"
+        "for m, k, n in ((16, 512, 2048), (300, 64, 257), (5, 7, 3)):\n"
+        "    a = rng.standard_normal((m, k)).astype(np.float32)\n"
+        "    b = rng.standard_normal((k, n)).astype(np.float32)\n"
+        "    want = a.astype(np.float64) @ b\n"
+        "    assert np.all(np.abs(f(a, b) - want) <= 1e-5 * (np.abs(a) @ np.abs(b)) + 1e-6)\n"
+        "print('generated', sorted(engine._GEMMS), engine.native_code())\n")
+    env = dict(os.environ, RELAXJAX_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    expected = ["rj_gemm_s_nn"] if engine.generated_products() and target.vector_bits() >= 512 else []
+    assert f"generated {expected} False" in out.stdout, out.stdout

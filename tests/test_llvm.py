@@ -103,6 +103,15 @@ def test_elementwise_kernel_is_vectorized():
     assert re.search(r"\bv?(mul|add|fmadd\w*)ps\s[^\n]*%[xyz]mm", asm), "no packed float arithmetic in the kernel"
 
 
+@pytest.mark.skipif(rj_llvm.target.vector_isa() != "avx512", reason="512-bit vectors need AVX-512")
+def test_avx512_hosts_vectorize_at_512_bits():
+    """LLVM tunes Intel's AVX-512 server CPUs to 256-bit vectors; the backend asks for 512
+    (target.host_feature_string): the kernel's arithmetic and its libmvec call are 16 wide."""
+    low = rj.jit(lambda x: rnp.tanh(x * 2.0 + 1.0)).lower(S(("n",), "float32"))
+    assert re.search(r"\bv(mul|add|fmadd\w*)ps\s[^\n]*%zmm", low.as_text("asm")), "no 512-bit arithmetic"
+    assert re.search(r"call .*<16 x float> @_ZGVeN16v_tanhf", low.as_text("llvm-optimized"))
+
+
 def test_math_calls_use_vector_variants():
     low = rj.jit(lambda x: rnp.tanh(rnp.exp(x))).lower(S(("n",), "float32"))
     opt = low.as_text("llvm-optimized")

@@ -218,7 +218,7 @@ def install(setter_address: int | None, threads: int, slots: int, compile_module
     is the callback's, kept for the process's life.  Returns whether it is installed."""
     if _INSTALLED:
         return True
-    if setter_address is None or not wanted() or threads > slots // 2:
+    if setter_address is None or not wanted() or slots < 2 or threads > slots // 2:
         return False
     module = compile_module(CALLBACK_TEXT, [ENTRY])
     ctypes.c_int32.from_address(module.address("rj_blas_jobs_slot")).value = slots // 2
