@@ -10,9 +10,16 @@ the one traced program: fused, memory-planned and compiled once for every shape,
 function under ``jit``.  Called on NumPy arrays, the transformed function is jit-compiled
 (once per transformed function, for all shapes).
 
-Not yet here (each raises an error that names it): forward mode (``jvp``), ``vmap``,
-derivatives through control flow (``fori_loop``, ``while_loop``, ``scan``, ``cond``), of
-gathers and scatters, of loop-level programs and library calls.
+Forward mode (``jvp``) is reverse mode twice: the pullback ``u -> J^T u`` is linear in ``u``,
+so the derivative of ``u -> <J^T u, t>`` with respect to ``u`` is ``J t``.  The second pass
+runs the same vjp rules over the first pass's backward bindings; what computes ``J^T u``
+itself is dead in the result and removed, so the compiled program is the forward pass and
+one linear pass, as forward mode's would be.  ``stop_gradient`` marks values no derivative
+flows through.
+
+Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
+over symbolic sizes), derivatives through control flow (``fori_loop``, ``while_loop``,
+``scan``, ``cond``), of gathers and scatters, of loop-level programs and library calls.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from .jit import jit
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
-__all__ = ["vjp", "grad", "value_and_grad"]
+__all__ = ["vjp", "jvp", "grad", "value_and_grad", "stop_gradient"]
 
 
 def _leaves(tree) -> tuple[list, Any]:
@@ -71,7 +78,7 @@ class _Recording:
         self.active = {x.atom for xs in self.inputs for x in xs}
         for b in self.bindings:
             if any(isinstance(a, Var) and a in self.active for a in b.args):
-                self.active.update(v for v in b.outvars if dt.is_float(v.type.dtype))
+                self.active.update(v for v in b.outvars if dt.is_float(v.type.dtype) and v not in ctx.stopped)
 
     def backward(self, seeds: list) -> list:
         """The inputs' cotangents (trees like the inputs) from ``seeds``: (output tracer,
@@ -161,6 +168,78 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
             seeds.append((o, c))
         return tuple(rec.backward(seeds))
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """``(fun(*primals), J @ tangents)`` like ``jax.jvp``: ``primals`` and ``tangents`` are
+    sequences of equal length whose items are trees of equal structure, shapes and dtypes;
+    the tangent output is a tree like the output (zeros where an output is not a float).
+    With ``has_aux``, ``fun`` returns (output, aux) and aux comes third.  Called on NumPy
+    arrays it is compiled once for every shape."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    if current_trace() is None and find_trace(list(primals) + list(tangents)) is None:
+        return _jvp_jitted(fun, has_aux)(primals, tangents)
+    rec = _Recording(fun, primals, "jvp")
+    out, aux = (rec.out, None) if not has_aux else _split_aux(rec.out)
+    outs, tree = _leaves(out)
+    tans = []
+    for k, (p, t) in enumerate(zip(rec.inputs, tangents)):
+        leaves, t_tree = _leaves(t)
+        if t_tree != rec.in_trees[k]:
+            raise ValueError(f"jvp: tangent {k}'s structure {t_tree} is not its primal's {rec.in_trees[k]}")
+        for j, (x, leaf) in enumerate(zip(p, leaves)):
+            leaf = leaf if isinstance(leaf, Tracer) else Tracer(rec.ctx, rec.ctx.atom(np.asarray(leaf)))
+            what = f"jvp: tangent {k}" + (f" leaf {j}" if len(leaves) > 1 else "")
+            if leaf.dtype != x.dtype or leaf.ndim != x.ndim:
+                raise ValueError(f"{what} has type {leaf.type}; its primal has {x.type}")
+            for ax, (td, xd) in enumerate(zip(leaf.type.shape, x.type.shape)):
+                rec.ctx.env.require_eq(td, xd, f"{what} axis {ax} against its primal's")
+            tans.append(leaf)
+    floats = [k for k, o in enumerate(outs) if isinstance(o, Tracer) and dt.is_float(o.dtype)]
+
+    def pairing(*us):
+        """<J^T u, t>: linear in the seeds ``us`` (one per float output)."""
+        cts = rec.backward([(outs[k], u) for k, u in zip(floats, us)])
+        total = None
+        for c, t in zip((leaf for tree_ in cts for leaf in _leaves(tree_)[0]), tans):
+            term = PRIMITIVES["reduce_sum"].bind(PRIMITIVES["mul"].bind(c, t), axes=tuple(range(t.ndim)))
+            total = term if total is None else PRIMITIVES["add"].bind(total, term)
+        return total
+    tangent_outs = [zeros_like(o) if isinstance(o, Tracer) else np.zeros_like(o) for o in outs]
+    if floats and tans:
+        second = _Recording(pairing, [zeros_like(outs[k]) for k in floats], "jvp")
+        for k, g in zip(floats, second.backward([(second.out, scalar(1, second.out.dtype))])):
+            tangent_outs[k] = g
+    tangent_out = optree.tree_unflatten(tree, tangent_outs)
+    return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _jvp_jitted(fun: Callable, has_aux: bool) -> Callable:
+    """``jvp`` of ``fun`` compiled (cached on ``fun``, so repeated calls trace once)."""
+    cache = _JVP_JITTED.setdefault(has_aux, {})
+    got = cache.get(fun)
+    if got is None:
+        got = cache[fun] = jit(lambda primals, tangents: jvp(fun, primals, tangents, has_aux=has_aux))
+    return got
+
+
+_JVP_JITTED: dict = {}
+
+
+def stop_gradient(x):
+    """``x`` (a tree of arrays), through which no derivative flows (``jax.lax.stop_gradient``):
+    ``grad(lambda x: (x * stop_gradient(x)).sum())(x)`` is ``x``.  Outside a trace, the
+    arrays as they are."""
+    leaves, tree = _leaves(x)
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, Tracer):
+            leaf = PRIMITIVES["convert"].bind(leaf, dtype=leaf.dtype, weak=leaf.weak_type)
+            leaf.ctx.stopped.add(leaf.atom)
+        out.append(leaf)
+    return optree.tree_unflatten(tree, out)
 
 
 def _split_aux(out):

@@ -124,6 +124,7 @@ class TraceContext:
         self.generators: dict = {}      # Var -> its Binding
         self._recomputed: dict = {}     # id(outer tracer) -> (outer tracer, inner Var)
         self._consts: dict = {}         # id(outside array) -> (array, its snapshot Literal)
+        self.stopped: set = set()       # Vars no derivative flows through (stop_gradient)
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

@@ -1,0 +1,137 @@
+"""Forward mode (``rj.jvp``) and ``rj.stop_gradient``: tangents against central finite
+differences of NumPy in float64 along the tangent, over hypothesis-drawn shapes (1,
+primes) and broadcasting, on every backend; pytrees, ``has_aux``, integer outputs; one
+compile for every shape; precise errors for tangents that do not fit their primals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+
+from helpers import BACKENDS, SMALL_SIZES
+from test_grad import BINARY, DIMS, UNARY
+
+
+def directional(f, primals, tangents, eps=1e-6):
+    """(f(p + eps t) - f(p - eps t)) / 2 eps, NumPy in float64."""
+    hi = [np.asarray(p, np.float64) + eps * np.asarray(t) for p, t in zip(primals, tangents)]
+    lo = [np.asarray(p, np.float64) - eps * np.asarray(t) for p, t in zip(primals, tangents)]
+    return (np.asarray(f(*hi)) - np.asarray(f(*lo))) / (2 * eps)
+
+
+def check(f, primals, tangents, rtol=1e-5, atol=1e-6):
+    want_out = f(*primals)
+    want = directional(f, primals, tangents)
+    for b in BACKENDS:
+        out, tan = rj.jit(lambda p, t: rj.jvp(f, p, t), backend=b)(tuple(primals), tuple(tangents))
+        np.testing.assert_allclose(out, want_out, rtol=1e-12, atol=1e-12, err_msg=f"backend {b}: value")
+        assert tan.shape == np.shape(want) and tan.dtype == np.float64
+        np.testing.assert_allclose(tan, want, rtol=rtol, atol=atol * (1 + np.abs(want).max()),
+                                   err_msg=f"backend {b}: tangent")
+
+
+@given(shape=st.lists(DIMS, min_size=0, max_size=3).map(tuple), name=st.sampled_from(sorted(UNARY)),
+       seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_unary_functions(shape, name, seed):
+    fn, lo, hi = UNARY[name]
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(lo, hi, shape) * (np.sign(rng.uniform(-1, 1, shape)) if name == "abs" else 1)
+    check(fn, (x,), (rng.standard_normal(shape),))
+
+
+@given(m=DIMS, n=DIMS, name=st.sampled_from(sorted(BINARY)), layout=st.sampled_from(["same", "col_row", "scalar"]),
+       seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_binary_functions_with_broadcasting(m, n, name, layout, seed):
+    rng = np.random.default_rng(seed)
+    sx, sy = {"same": ((m, n), (m, n)), "col_row": ((m, 1), (n,)), "scalar": ((m, n), ())}[layout]
+    x, y = rng.uniform(0.5, 2, sx), rng.uniform(0.5, 2, sy)
+    check(BINARY[name], (x, y), (rng.standard_normal(sx), rng.standard_normal(sy)))
+
+
+@given(shape=st.lists(DIMS, min_size=1, max_size=3).map(tuple), data=st.data(),
+       name=st.sampled_from(["sum", "mean", "max", "min"]))
+@settings(max_examples=20, deadline=None)
+def test_reductions(shape, data, name):
+    axis = data.draw(st.sampled_from([None] + list(range(len(shape)))))
+    rng = np.random.default_rng(sum(shape))
+    x = rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0  # no ties
+    check(lambda x: getattr(np, name)(x, axis=axis), (x,), (rng.standard_normal(shape),))
+
+
+@given(m=SMALL_SIZES, k=SMALL_SIZES, n=SMALL_SIZES, seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_mlp_layer_and_layout_ops(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    x, w, b = rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal(n)
+
+    def f(x, w, b):
+        h = np.tanh(x @ w + b)
+        return np.concatenate([h.T.reshape(n * m), np.pad(x, ((1, 0), (0, 2))).ravel() ** 2])
+    check(f, (x, w, b), tuple(rng.standard_normal(np.shape(a)) for a in (x, w, b)))
+
+
+def test_pytrees_aux_and_integer_outputs():
+    rng = np.random.default_rng(0)
+    p = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    t = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    x = rng.standard_normal((5, 3))
+
+    def f(p):
+        y = x @ p["w"] + p["b"]
+        return (np.sin(y), np.argmax(y, axis=1)), np.sum(y)
+
+    (out, idx), (tan, itan), aux = rj.jvp(f, (p,), (t,), has_aux=True)
+    want = directional(lambda w, b: np.sin(x @ w + b), (p["w"], p["b"]), (t["w"], t["b"]))
+    np.testing.assert_allclose(tan, want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(idx, np.argmax(x @ p["w"] + p["b"], axis=1))
+    assert itan.dtype == idx.dtype and not itan.any()        # integers have zero tangents
+    np.testing.assert_allclose(aux, np.sum(x @ p["w"] + p["b"]))
+
+
+def test_one_compile_for_every_shape():
+    f = rj.jit(lambda x, t: rj.jvp(lambda x: np.exp(x).sum(axis=1) * x[:, 0], (x,), (t,)))
+    for n in (5, 1, 2, 3, 7, 64, 257):
+        x = np.linspace(-1, 1, n * 3).reshape(n, 3)
+        t = np.ones_like(x)
+        out, tan = f(x, t)
+        np.testing.assert_allclose(tan, directional(lambda x: np.exp(x).sum(axis=1) * x[:, 0], (x,), (t,)),
+                                   rtol=1e-6, atol=1e-8)
+    assert f.cache_info().compiles == 1
+
+
+def test_jvp_of_a_gradient_is_a_hessian_vector_product():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 4))
+    x, v = rng.standard_normal(4), rng.standard_normal(4)
+    g = rj.grad(lambda x: np.sum(np.tanh(a @ x) ** 2))
+    _, hv = rj.jvp(g, (x,), (v,))
+    want = directional(lambda x: 2 * a.T @ (np.tanh(a @ x) * (1 - np.tanh(a @ x) ** 2)), (x,), (v,))
+    np.testing.assert_allclose(hv, want, rtol=1e-5, atol=1e-7)
+
+
+def test_stop_gradient():
+    x = np.linspace(0.5, 2, 6)
+    for b in BACKENDS:
+        g = rj.jit(rj.grad(lambda x: np.sum(x * rj.stop_gradient(x))), backend=b)(x)
+        np.testing.assert_allclose(g, x)                           # not 2 x
+        _, tan = rj.jit(lambda x, t: rj.jvp(lambda x: x * rj.stop_gradient(np.exp(x)), (x,), (t,)),
+                        backend=b)(x, np.ones_like(x))
+        np.testing.assert_allclose(tan, np.exp(x))                 # not exp(x) (1 + x)
+    tree = {"a": x, "b": (x, None)}
+    assert rj.stop_gradient(tree)["a"] is x                        # outside a trace: as it is
+
+
+def test_tangents_that_do_not_fit_their_primals():
+    x = np.ones((3, 4))
+    with pytest.raises(ValueError, match="2 primals but 1 tangents"):
+        rj.jvp(lambda x, y: x * y, (x, x), (x,))
+    with pytest.raises(ValueError, match="tangent 0 has type f32"):
+        rj.jvp(np.sin, (x,), (x.astype(np.float32),))
+    with pytest.raises(rj.ShapeError, match="tangent 0 axis 1"):
+        rj.jvp(np.sin, (x,), (np.ones((3, 5)),))
+    with pytest.raises(ValueError, match="structure"):
+        rj.jvp(lambda p: p["a"], ({"a": x},), ({"b": x},))
