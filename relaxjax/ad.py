@@ -1,5 +1,5 @@
-"""Reverse-mode differentiation with JAX's names and semantics: ``vjp``, ``grad`` and
-``value_and_grad``.
+"""Differentiation with JAX's names and semantics: ``vjp``, ``grad``, ``value_and_grad``,
+``jvp``, ``custom_vjp`` and ``stop_gradient``.
 
 An interpreter over the traced program, run backwards (autodidax's design): the function
 runs on the trace's tracers, its bindings are recorded as they are emitted, then cotangents
@@ -24,6 +24,7 @@ over symbolic sizes), derivatives through control flow (``fori_loop``, ``while_l
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ from .jit import jit
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
-__all__ = ["vjp", "jvp", "grad", "value_and_grad", "stop_gradient"]
+__all__ = ["vjp", "jvp", "grad", "value_and_grad", "stop_gradient", "custom_vjp"]
 
 
 def _leaves(tree) -> tuple[list, Any]:
@@ -92,6 +93,13 @@ class _Recording:
             cts = [ct.pop(v, None) for v in b.outvars]
             if all(c is None for c in cts) or not any(v in self.active for v in b.outvars):
                 continue
+            custom = ctx.custom_vjps.get(b.outvars[0])
+            if custom is not None:            # an output of a custom_vjp call: its rule
+                call, k = custom
+                for a, c in call.take(k, cts[0]):
+                    if c is not None and a in self.active:
+                        _accumulate(ct, a, c)
+                continue
             rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else None
             if rule is None or len(b.outvars) != 1:
                 raise NotImplementedError(_no_rule(b))
@@ -122,7 +130,7 @@ def _no_rule(b) -> str:
     if b.kind in ("tir", "library"):
         return (f"grad through the {'loop-level program' if b.kind == 'tir' else 'library call'} "
                 f"{name}{where} is not supported: relaxjax has no derivative rule for it "
-                f"(custom_vjp is not implemented yet)")
+                f"(give the function calling it one with rj.custom_vjp)")
     if getattr(b.callee, "kind", None) == "control":
         return f"grad through {name}{where} is not implemented yet (loops and branches have no rule)"
     return f"grad of {name}{where} is not implemented yet (the primitive has no vjp rule)"
@@ -240,6 +248,104 @@ def stop_gradient(x):
             leaf.ctx.stopped.add(leaf.atom)
         out.append(leaf)
     return optree.tree_unflatten(tree, out)
+
+
+class custom_vjp:
+    """A function with its own reverse-mode rule, like ``jax.custom_vjp``::
+
+        @rj.custom_vjp
+        def f(x, y): ...
+        def f_fwd(x, y): return f(x, y), residuals
+        def f_bwd(residuals, g): return (gx, gy)      # one per argument not in nondiff_argnums
+        f.defvjp(f_fwd, f_bwd)
+
+    Differentiated (``grad``, ``vjp``, ``jvp``), a call runs ``fwd`` and the cotangents of
+    its outputs reach the arguments only through ``bwd`` (a function calling loop-level
+    programs or library calls, which have no rules, is differentiable this way).  Otherwise
+    ``f`` runs as written.  The arguments in ``nondiff_argnums`` come first to ``bwd`` and
+    take no cotangent."""
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, fun)
+        self.fun, self.nondiff = fun, tuple(nondiff_argnums)
+        self.fwd = self.bwd = None
+        self._in_fwd = threading.local()    # fwd calling the function runs it as written
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args):
+        ctx = current_trace()
+        if ctx is None or find_trace(list(args)) is None or getattr(self._in_fwd, "on", False):
+            return self.fun(*args)
+        if self.fwd is None:
+            raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', self.fun)!r} has no "
+                            f"rule: call its defvjp(fwd, bwd) first")
+        self._in_fwd.on = True
+        try:
+            got = self.fwd(*args)
+        finally:
+            self._in_fwd.on = False
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError("custom_vjp: fwd must return a pair (output, residuals)")
+        out, residuals = got
+        outs, tree = _leaves(out)
+        call = _CustomCall(self, args, residuals, tree, outs)
+        marked = []
+        for k, o in enumerate(outs):
+            if isinstance(o, Tracer) and o.ctx is ctx and dt.is_float(o.dtype):
+                o = PRIMITIVES["convert"].bind(o, dtype=o.dtype, weak=o.weak_type)
+                ctx.custom_vjps[o.atom] = (call, k)
+            marked.append(o)
+        return optree.tree_unflatten(tree, marked)
+
+
+class _CustomCall:
+    """One traced call of a ``custom_vjp`` function: the cotangents of its outputs gather
+    here as the backward pass meets them (the outputs' bindings run in reverse order, so
+    the first output comes last), then ``bwd`` gives the arguments' cotangents."""
+
+    def __init__(self, fn: custom_vjp, args: tuple, residuals, tree, outs: list):
+        self.fn, self.args, self.residuals, self.tree, self.outs = fn, args, residuals, tree, outs
+        self.cts: dict = {}
+        self.waiting = {k for k, o in enumerate(outs) if isinstance(o, Tracer) and dt.is_float(o.dtype)}
+
+    def take(self, k: int, c: Tracer) -> list:
+        """Record output ``k``'s cotangent; once every float output has been met, the
+        (argument Var, cotangent) pairs from ``bwd`` (else none yet)."""
+        self.cts[k] = c
+        self.waiting.discard(k)
+        if self.waiting:
+            return []
+        cts = [self.cts.get(k) if k in self.cts else
+               (zeros_like(o) if isinstance(o, Tracer) else np.zeros_like(o)) for k, o in enumerate(self.outs)]
+        nondiff = [self.args[n] for n in self.fn.nondiff]
+        got = self.fn.bwd(*nondiff, self.residuals, optree.tree_unflatten(self.tree, cts))
+        diff = [a for n, a in enumerate(self.args) if n not in self.fn.nondiff]
+        if not isinstance(got, (tuple, list)) or len(got) != len(diff):
+            raise TypeError(f"custom_vjp: bwd must return a tuple of {len(diff)} cotangents (one "
+                            f"per differentiable argument); it returned {type(got).__name__}"
+                            + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
+        pairs = []
+        for n, (a, g) in enumerate(zip(diff, got)):
+            a_leaves, a_tree = _leaves(a)
+            g_leaves, g_tree = _leaves(g) if g is not None else ([None] * len(a_leaves), a_tree)
+            if g_tree != a_tree:
+                raise ValueError(f"custom_vjp: bwd's cotangent {n} has structure {g_tree}; the "
+                                 f"argument has {a_tree}")
+            for j, (x, c) in enumerate(zip(a_leaves, g_leaves)):
+                if isinstance(x, Tracer) and isinstance(x.atom, Var) and c is not None:
+                    c = c if isinstance(c, Tracer) else Tracer(x.ctx, x.ctx.atom(np.asarray(c, x.dtype)))
+                    what = f"custom_vjp: bwd's cotangent {n}" + (f" leaf {j}" if len(a_leaves) > 1 else "")
+                    if c.ndim != x.ndim:
+                        raise ValueError(f"{what} has shape {tuple(c.type.shape)}; the argument has "
+                                         f"{tuple(x.type.shape)}")
+                    for ax, (cd, xd) in enumerate(zip(c.type.shape, x.type.shape)):
+                        x.ctx.env.require_eq(cd, xd, f"{what} axis {ax} against the argument's")
+                    if c.dtype != x.dtype:
+                        c = PRIMITIVES["convert"].bind(c, dtype=x.dtype, weak=False)
+                    pairs.append((x.atom, c))
+        return pairs
 
 
 def _split_aux(out):

@@ -125,6 +125,7 @@ class TraceContext:
         self._recomputed: dict = {}     # id(outer tracer) -> (outer tracer, inner Var)
         self._consts: dict = {}         # id(outside array) -> (array, its snapshot Literal)
         self.stopped: set = set()       # Vars no derivative flows through (stop_gradient)
+        self.custom_vjps: dict = {}     # Var -> (its custom_vjp call, output index)
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

@@ -135,3 +135,98 @@ def test_tangents_that_do_not_fit_their_primals():
         rj.jvp(np.sin, (x,), (np.ones((3, 5)),))
     with pytest.raises(ValueError, match="structure"):
         rj.jvp(lambda p: p["a"], ({"a": x},), ({"b": x},))
+
+
+# ---------------------------------------------------------------------------------------
+# custom_vjp
+# ---------------------------------------------------------------------------------------
+
+def _scaled_sum(x, y, out):               # a library implementation: out = 2 x + y
+    out[...] = 2.0 * x + y
+
+
+rj.register_library("test_jvp.scaled_sum", cpu=_scaled_sum)
+
+
+@rj.custom_vjp
+def scaled_sum(x, y):
+    return rj.call_library("test_jvp.scaled_sum", x, y, out=rj.ShapeDtypeStruct(x.shape, x.dtype))
+
+
+def _scaled_sum_fwd(x, y):
+    return scaled_sum(x, y), None
+
+
+def _scaled_sum_bwd(res, g):
+    return 2.0 * g, g
+
+
+scaled_sum.defvjp(_scaled_sum_fwd, _scaled_sum_bwd)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 31])
+def test_custom_vjp_makes_a_library_call_differentiable(n):
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+
+    def loss(x, y):
+        return np.sum(np.tanh(scaled_sum(x * 1.5, y)))
+    f_np = lambda x, y: np.sum(np.tanh(2.0 * (x * 1.5) + y))
+    for b in BACKENDS:
+        gx, gy = rj.jit(rj.grad(loss, argnums=(0, 1)), backend=b)(x, y)
+        np.testing.assert_allclose(gx, directional_grad(f_np, (x, y), 0), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(gy, directional_grad(f_np, (x, y), 1), rtol=1e-5, atol=1e-7)
+    _, tan = rj.jvp(lambda x: scaled_sum(x, y), (x,), (np.ones(n),))   # through bwd, transposed
+    np.testing.assert_allclose(tan, 2.0 * np.ones(n))
+    np.testing.assert_allclose(scaled_sum(x, y), 2.0 * x + y)             # outside a trace: as written
+
+
+def directional_grad(f, args, k, eps=1e-6):
+    x = np.asarray(args[k], np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        hi, lo = list(args), list(args)
+        hi[k], lo[k] = x.copy(), x.copy()
+        hi[k][i] += eps
+        lo[k][i] -= eps
+        g[i] = (f(*hi) - f(*lo)) / (2 * eps)
+    return g
+
+
+def test_custom_vjp_rule_is_the_one_used_with_pytrees_and_nondiff_args():
+    def clip_gradient(lo, hi, x):
+        return x
+
+    f = rj.custom_vjp(clip_gradient, nondiff_argnums=(0, 1))
+    f.defvjp(lambda lo, hi, x: (x, None), lambda lo, hi, res, g: (np.clip(g, lo, hi),))
+    x = np.linspace(-1, 1, 5)
+    g = rj.grad(lambda x: np.sum(f(-0.5, 0.5, x) * np.array([3.0, -2.0, 0.1, 0.4, -0.2])))(x)
+    np.testing.assert_allclose(g, [0.5, -0.5, 0.1, 0.4, -0.2])     # the rule's clipping shows
+
+    @rj.custom_vjp
+    def both(p):
+        return {"s": np.sin(p["a"]), "c": np.cos(p["b"])}
+    both.defvjp(lambda p: (both(p), p),
+                lambda p, g: ({"a": np.cos(p["a"]) * g["s"], "b": -np.sin(p["b"]) * g["c"]},))
+    p = {"a": np.linspace(0, 1, 4), "b": np.linspace(1, 2, 4)}
+    g = rj.grad(lambda p: np.sum(both(p)["s"] * 2.0 + both(p)["c"]))(p)
+    np.testing.assert_allclose(g["a"], 2.0 * np.cos(p["a"]))
+    np.testing.assert_allclose(g["b"], -np.sin(p["b"]))
+
+
+def test_custom_vjp_errors():
+    @rj.custom_vjp
+    def f(x):
+        return np.sin(x)
+    x = np.ones(3)
+    with pytest.raises(TypeError, match="defvjp"):
+        rj.grad(lambda x: np.sum(f(x)))(x)
+    f.defvjp(lambda x: (f(x), x), lambda x, g: g)                  # not a tuple
+    with pytest.raises(TypeError, match="tuple of 1 cotangents"):
+        rj.grad(lambda x: np.sum(f(x)))(x)
+    f.defvjp(lambda x: f(x), lambda x, g: (g,))                      # no residuals
+    with pytest.raises(TypeError, match="pair"):
+        rj.grad(lambda x: np.sum(f(x)))(x)
+    f.defvjp(lambda x: (f(x), x), lambda x, g: (np.sum(g),))         # a scalar for a vector
+    with pytest.raises(ValueError, match=r"cotangent 0 has shape \(\); the argument has"):
+        rj.grad(lambda x: np.sum(f(x)))(x)
