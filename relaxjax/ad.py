@@ -17,9 +17,13 @@ itself is dead in the result and removed, so the compiled program is the forward
 one linear pass, as forward mode's would be.  ``stop_gradient`` marks values no derivative
 flows through.
 
+Loops: ``fori_loop`` and ``scan`` carry rules (``lax.control_flow``) that take the
+pullback of their body from here (``_pullback``), so the derivative of a loop is two more
+loops in the same program (the carries stacked, then the body's pullback run backwards).
+
 Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
-over symbolic sizes), derivatives through control flow (``fori_loop``, ``while_loop``,
-``scan``, ``cond``), of gathers and scatters, of loop-level programs and library calls.
+over symbolic sizes), derivatives of ``while_loop`` and ``cond``, of gathers and scatters,
+of loop-level programs and library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 
@@ -101,10 +105,15 @@ class _Recording:
                         _accumulate(ct, a, c)
                 continue
             rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else None
-            if rule is None or len(b.outvars) != 1:
+            every = getattr(b.callee, "vjp_all_outputs", False)     # a loop: all its carries
+            if rule is None or (len(b.outvars) != 1 and not every):
                 raise NotImplementedError(_no_rule(b))
             ins = [Tracer(ctx, a) for a in b.args]
-            got = rule(cts[0], *ins, out=Tracer(ctx, b.outvars[0]), **b.params)
+            if every:
+                got = rule(cts, *ins, outs=[Tracer(ctx, v) for v in b.outvars], pullback=_pullback,
+                           **b.params)
+            else:
+                got = rule(cts[0], *ins, out=Tracer(ctx, b.outvars[0]), **b.params)
             for a, c in zip(b.args, got):
                 if c is not None and isinstance(a, Var) and a in self.active:
                     _accumulate(ct, a, c)
@@ -114,6 +123,13 @@ class _Recording:
             leaves = [g if g is not None else zeros_like(x) for g, x in zip(leaves, copies)]
             grads.append(optree.tree_unflatten(tree, leaves))
         return grads
+
+
+def _pullback(fun: Callable, primals: list, cts: list) -> list:
+    """The cotangents of ``primals`` (float tracers) for cotangents ``cts`` of the list
+    ``fun(*primals)`` returns: what control-flow rules call on their regions."""
+    rec = _Recording(lambda *p: fun(*p), primals, "grad")
+    return [g for g in rec.backward(list(zip(rec.out, cts)))]
 
 
 def _accumulate(ct: dict, v: Var, c: Tracer) -> None:

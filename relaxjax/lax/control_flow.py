@@ -23,7 +23,7 @@ import optree
 from .. import dtypes as dt
 from ..core import Primitive, Tracer, TraceContext, current_trace, find_trace
 from ..errors import ShapeError
-from ..ir import IRModule, TensorType
+from ..ir import IRModule, Literal, TensorType
 from ..shapes import SymbolicDim, dim_str, is_symbolic
 from .complex_parts import packed
 from .elementwise import convert, ne
@@ -275,6 +275,137 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
                              *cond.captured, *body.captured, cond=cond.module, body=body.module,
                              n_carry=len(types), n_cond_consts=len(cond.captured))
     return optree.tree_unflatten(tree, outs)
+
+
+# ---------------------------------------------------------------------------------------
+# Derivatives: a region called again on tracers, and fori_loop's vjp rule
+# ---------------------------------------------------------------------------------------
+
+def call_region(module: IRModule, args: Sequence) -> list:
+    """The results of region ``module`` on ``args`` (tracers of the running trace, one per
+    parameter): its bindings bound again, in order, in the running trace."""
+    fn = module.main
+    ctx = current_trace()
+    env = dict(zip(fn.params, args))
+
+    def value(a):
+        return env[a] if a in env else Tracer(ctx, a)     # a parameter or binding, or a Literal
+    for b in fn.bindings:
+        if b.kind != "primitive":
+            raise NotImplementedError(f"a region holding {b.kind} {b.callee.name} cannot be "
+                                      f"called again")
+        outs = b.callee.bind(*[value(a) for a in b.args], **b.params)
+        env.update(zip(b.outvars, outs if b.callee.multiple_results else [outs]))
+    return [value(r) for r in fn.results]
+
+
+def _fori_vjp(cts, lower, upper, *rest, outs, pullback, body, n_carry):
+    """fori_loop's reverse mode, storing every carry: the loop runs again as a scan that
+    stacks the carry each step starts from, then a reverse scan takes the carries'
+    cotangents back through the body one step at a time (``pullback(fun, primals, cts)``:
+    the primals' cotangents), summing those of the values the body captured.  The trip
+    count must be known from ints and dims (the stacked carries' length); a traced one,
+    as in JAX, is not differentiable (use ints or ``x.shape[k]``)."""
+    from .elementwise import add, sub
+    if not all(isinstance(b.atom, Literal) for b in (lower, upper)):
+        raise NotImplementedError("grad of a fori_loop whose bounds are traced values is not "
+                                  "supported (its carries are stored per step, so the trip count "
+                                  "must come from ints or dims such as x.shape[0])")
+    lo, hi = lower.atom.value, upper.atom.value
+    length = hi - lo if is_symbolic(hi - lo) else max(int(hi - lo), 0)
+    carry, captured = list(rest[:n_carry]), list(rest[n_carry:])
+    fc, fcap = _floats(carry), _floats(captured)
+    index = lower.type
+
+    def step(state, _):
+        i, c = state
+        return (add.bind(i, np.ones((), index.dtype)), tuple(call_region(body, [i, *c, *captured]))), c
+    _, stacked = scan(step, (lower, tuple(carry)), None, length=length)
+
+    def back(state, c_t):
+        i, ct_c, ct_cap = state
+        i = sub.bind(i, np.ones((), index.dtype))
+
+        def one_step(*floats):
+            new = call_region(body, [i, *_with(c_t, fc, floats[:len(fc)]),
+                                     *_with(captured, fcap, floats[len(fc):])])
+            return [new[k] for k in fc]
+        got = pullback(one_step, [c_t[k] for k in fc] + [captured[k] for k in fcap], list(ct_c))
+        summed = tuple(add.bind(a, g) for a, g in zip(ct_cap, got[len(fc):]))
+        return (i, tuple(got[:len(fc)]), summed), None
+    ct_c = tuple(c if c is not None else _zeros(o) for c, o in ((cts[k], outs[k]) for k in fc))
+    ct_cap = tuple(_zeros(captured[k]) for k in fcap)
+    (_, g_c, g_cap), _ = scan(back, (upper, ct_c, ct_cap), stacked, reverse=True)
+    grads = [None, None] + [None] * len(carry) + [None] * len(captured)
+    for k, g in zip(fc, g_c):
+        grads[2 + k] = g
+    for k, g in zip(fcap, g_cap):
+        grads[2 + n_carry + k] = g
+    return grads
+
+
+def _zeros(x: Tracer) -> Tracer:
+    from .ad_util import zeros_like
+    return zeros_like(x)
+
+
+def _floats(values: Sequence) -> list[int]:
+    return [k for k, v in enumerate(values) if dt.is_float(v.dtype)]
+
+
+def _with(values: Sequence, positions: list[int], new: Sequence) -> list:
+    """``values`` with those at ``positions`` replaced by ``new`` (in order)."""
+    out = list(values)
+    for k, v in zip(positions, new):
+        out[k] = v
+    return out
+
+
+def _scan_vjp(cts, *ins, outs, pullback, body, n_carry, n_xs, length, reverse):
+    """scan's reverse mode, storing every carry: the scan runs again stacking the carry each
+    step starts from, then a scan in the other direction takes the cotangents of the carry
+    and of that step's ``y`` back through the body, giving the step's ``xs`` cotangents
+    (stacked) and summing those of the values the body captured."""
+    from .elementwise import add
+    carry, xs, captured = list(ins[:n_carry]), list(ins[n_carry:n_carry + n_xs]), list(ins[n_carry + n_xs:])
+    ys = outs[n_carry:]
+    fc, fx, fcap, fy = _floats(carry), _floats(xs), _floats(captured), _floats(ys)
+
+    def step(c, x_t):
+        return tuple(call_region(body, [*x_t, *c, *captured])[:n_carry]), c
+    _, stacked = scan(step, tuple(carry), tuple(xs), length=length, reverse=reverse)
+
+    def back(state, inp):
+        ct_c, ct_cap = state
+        c_t, x_t, ct_y = inp
+
+        def one_step(*floats):
+            a, b = len(fc), len(fc) + len(fx)
+            res = call_region(body, [*_with(x_t, fx, floats[a:b]), *_with(c_t, fc, floats[:a]),
+                                     *_with(captured, fcap, floats[b:])])
+            return [res[k] for k in fc] + [res[n_carry + j] for j in fy]
+        got = pullback(one_step, [c_t[k] for k in fc] + [x_t[k] for k in fx] + [captured[k] for k in fcap],
+                       list(ct_c) + list(ct_y))
+        a, b = len(fc), len(fc) + len(fx)
+        return (tuple(got[:a]), tuple(add.bind(s, g) for s, g in zip(ct_cap, got[b:]))), tuple(got[a:b])
+    ct_c = tuple(cts[k] if cts[k] is not None else _zeros(outs[k]) for k in fc)
+    ct_y = tuple(cts[n_carry + j] if cts[n_carry + j] is not None else _zeros(ys[j]) for j in fy)
+    ct_cap = tuple(_zeros(captured[k]) for k in fcap)
+    (g_c, g_cap), g_x = scan(back, (ct_c, ct_cap), (stacked, tuple(xs), ct_y), length=length,
+                             reverse=not reverse)
+    grads = [None] * len(ins)
+    for k, g in zip(fc, g_c):
+        grads[k] = g
+    for k, g in zip(fx, g_x):
+        grads[n_carry + k] = g
+    for k, g in zip(fcap, g_cap):
+        grads[n_carry + n_xs + k] = g
+    return grads
+
+
+# the loops' rules take every output's cotangent at once (``cts``)
+fori_loop_p.vjp, fori_loop_p.vjp_all_outputs = _fori_vjp, True
+scan_p.vjp, scan_p.vjp_all_outputs = _scan_vjp, True
 
 
 # ---------------------------------------------------------------------------------------

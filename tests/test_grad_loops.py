@@ -1,0 +1,136 @@
+"""Derivatives through loops: ``grad`` (and ``jvp``) of ``fori_loop`` and ``scan`` against
+the unrolled loop's central finite differences in float64, over hypothesis-drawn trip
+counts (0, 1, primes) and shapes, on every backend: carries, the values the body captures
+(a physics parameter), scanned ``xs`` and stacked ``ys``, ``reverse``, integer carries,
+symbolic trip counts compiled once; clear errors where there is no rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+from relaxjax.lax import fori_loop, scan, while_loop
+
+from helpers import BACKENDS
+from test_grad import numeric_grad
+
+STEPS = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7]), st.integers(1, 12))
+WIDTH = st.one_of(st.sampled_from([1, 2, 3, 5]), st.integers(1, 9))
+
+
+def check(f, f_np, args, argnums, rtol=1e-5, atol=1e-6):
+    for b in BACKENDS:
+        got = rj.jit(rj.grad(f, argnums=argnums), backend=b)(*args)
+        for k, g in zip(argnums, got):
+            want = numeric_grad(f_np, args, k)
+            assert g.shape == np.shape(args[k])
+            np.testing.assert_allclose(g, want, rtol=rtol, atol=atol * (1 + np.abs(want).max(initial=0.0)),
+                                       err_msg=f"backend {b}, argument {k}")
+
+
+@given(steps=STEPS, n=WIDTH, seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_fori_loop_carry_and_captured_parameter(steps, n, seed):
+    """A damped oscillator stepped in time: the gradient of the end state's energy with
+    respect to the initial state and the captured stiffness and damping."""
+    rng = np.random.default_rng(seed)
+    x0, v0 = rng.standard_normal(n), rng.standard_normal(n)
+    k, c = rng.uniform(0.5, 2.0, n), np.float64(rng.uniform(0.05, 0.3))
+    dt = 0.1
+
+    def step(state, k, c):
+        x, v = state
+        a = -k * np.sin(x) - c * v
+        return x + dt * v, v + dt * a
+
+    def f(x0, v0, k, c):
+        x, v = fori_loop(0, steps, lambda i, s: step(s, k, c), (x0, v0))
+        return np.sum(x ** 2 + v ** 2)
+
+    def f_np(x0, v0, k, c):
+        s = (x0, v0)
+        for _ in range(steps):
+            s = step(s, k, c)
+        return np.sum(s[0] ** 2 + s[1] ** 2)
+    check(f, f_np, (x0, v0, k, c), (0, 1, 2, 3))
+
+
+@given(steps=STEPS, n=WIDTH, reverse=st.booleans(), seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_scan_xs_ys_and_reverse(steps, n, reverse, seed):
+    rng = np.random.default_rng(seed)
+    h0, w = rng.standard_normal(n), rng.standard_normal((n, n)) * 0.5
+    xs = rng.standard_normal((steps, n))
+
+    def cell(h, x, w):
+        h = np.tanh(h @ w + x)
+        return h, np.sum(h * x)
+
+    def f(h0, w, xs):
+        h, ys = scan(lambda h, x: cell(h, x, w), h0, xs, reverse=reverse)
+        return np.sum(h ** 2) + np.sum(ys * np.arange(1.0, steps + 1))
+
+    def f_np(h0, w, xs):
+        h, ys = h0, []
+        for x in (xs[::-1] if reverse else xs):
+            h, y = cell(h, x, w)
+            ys.append(y)
+        ys = ys[::-1] if reverse else ys
+        return np.sum(h ** 2) + np.sum(np.array(ys, dtype=float) * np.arange(1.0, steps + 1))
+    check(f, f_np, (h0, w, xs), (0, 1, 2))
+
+
+def test_integer_carry_and_the_loop_index():
+    x = np.linspace(0.2, 1.0, 4)
+
+    def f(x):
+        y, count = fori_loop(1, 4, lambda i, s: (s[0] * i + np.sin(s[0]), s[1] + 1), (x, 0))
+        return np.sum(y) * 1.0
+
+    def f_np(x):
+        y = x
+        for i in range(1, 4):
+            y = y * i + np.sin(y)
+        return np.sum(y)
+    check(f, f_np, (x,), (0,))
+
+
+def test_symbolic_trip_count_compiles_once():
+    g = rj.jit(rj.grad(lambda x, a: np.sum(fori_loop(0, x.shape[0], lambda i, c: np.sin(c) * a, x)),
+                       argnums=(0, 1)))
+    for n in (3, 1, 2, 5, 8):
+        x, a = np.linspace(0.1, 0.9, n), np.float64(1.3)
+
+        def f_np(x, a):
+            c = x
+            for _ in range(n):
+                c = np.sin(c) * a
+            return np.sum(c)
+        gx, ga = g(x, a)
+        np.testing.assert_allclose(gx, numeric_grad(f_np, (x, a), 0), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(ga, numeric_grad(f_np, (x, a), 1), rtol=1e-5, atol=1e-7)
+    assert g.cache_info().compiles == 1
+
+
+def test_jvp_through_a_loop():
+    x, t = np.linspace(0.1, 0.9, 5), np.linspace(1.0, -1.0, 5)
+
+    def f(x):
+        return fori_loop(0, 4, lambda i, c: np.sin(c) + 0.5 * c, x)
+
+    def f_np(x):
+        for _ in range(4):
+            x = np.sin(x) + 0.5 * x
+        return x
+    eps = 1e-6
+    _, tan = rj.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(tan, (f_np(x + eps * t) - f_np(x - eps * t)) / (2 * eps), rtol=1e-6, atol=1e-8)
+
+
+def test_what_loops_cannot_differentiate_says_so():
+    x = np.linspace(0.1, 0.9, 4)
+    with pytest.raises(NotImplementedError, match="traced values"):
+        rj.grad(lambda x, n: np.sum(fori_loop(0, n, lambda i, c: c * 2.0, x)))(x, np.int64(3))
+    with pytest.raises(NotImplementedError, match="while_loop"):
+        rj.grad(lambda x: np.sum(while_loop(lambda c: c[0] < 3.0, lambda c: c * 2.0, x)))(x)
