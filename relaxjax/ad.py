@@ -17,13 +17,14 @@ itself is dead in the result and removed, so the compiled program is the forward
 one linear pass, as forward mode's would be.  ``stop_gradient`` marks values no derivative
 flows through.
 
-Loops: ``fori_loop`` and ``scan`` carry rules (``lax.control_flow``) that take the
-pullback of their body from here (``_pullback``), so the derivative of a loop is two more
-loops in the same program (the carries stacked, then the body's pullback run backwards).
+Loops: ``fori_loop``, ``scan`` and ``while_loop`` carry rules (``lax.control_flow``) that
+take the pullback of their body from here (``_pullback``), so the derivative of a loop is
+more loops in the same program (the carries stacked, then the body's pullback run
+backwards).
 
 Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
-over symbolic sizes), derivatives of ``while_loop`` and ``cond``, of gathers and scatters,
-of loop-level programs and library calls (``custom_vjp`` gives them one).
+over symbolic sizes), derivatives of ``cond``, of gathers and scatters, of loop-level
+programs and library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 

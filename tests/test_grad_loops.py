@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import relaxjax as rj
 from relaxjax.lax import fori_loop, scan, while_loop
@@ -128,9 +128,55 @@ def test_jvp_through_a_loop():
     np.testing.assert_allclose(tan, (f_np(x + eps * t) - f_np(x - eps * t)) / (2 * eps), rtol=1e-6, atol=1e-8)
 
 
+@given(n=WIDTH, scale=st.floats(0.0, 3.0), shrink=st.floats(0.3, 0.9), seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_while_loop_with_a_data_dependent_trip_count(n, scale, shrink, seed):
+    """Shrink until small: the trip count (0 included) depends on the data; the gradient is
+    the unrolled loop's for that count (finite differences small enough not to change it)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.2, 1.0, n) * scale
+    a = np.float64(shrink)
+
+    def f(x, a):
+        c, k = while_loop(lambda s: np.sum(s[0] ** 2) > 0.05, lambda s: (s[0] * a + 0.01 * np.sin(s[0]), s[1] + 1),
+                          (x, 0))
+        return np.sum(np.cos(c) * np.arange(1.0, n + 1))
+
+    def f_np(x, a):
+        c = x
+        while np.sum(c ** 2) > 0.05:
+            c = c * a + 0.01 * np.sin(c)
+        return np.sum(np.cos(c) * np.arange(1.0, n + 1))
+
+    def trips(x, a):
+        c, k = x, 0
+        while np.sum(c ** 2) > 0.05:
+            c, k = c * a + 0.01 * np.sin(c), k + 1
+        return k
+    eps, k = 1e-6, trips(x, a)
+    # clear of a trip-count boundary, where the function jumps
+    assume(all(trips(x + d * eps * e, a) == k for e in np.eye(n) for d in (-1, 1)))
+    assume(all(trips(x, a + d * eps) == k for d in (-1, 1)))
+    check(f, f_np, (x, a), (0, 1))
+
+
+def test_while_loop_gradient_compiles_once():
+    """Newton's square root of a parameter, iterated to convergence: the derivative of the
+    converged value with respect to the parameter is 1 / (2 sqrt(p))."""
+    def newton(p):
+        r, _ = while_loop(lambda s: (s[1] < 50) & (np.max(np.abs(s[0] * s[0] - p)) > 1e-12),
+                          lambda s: (0.5 * (s[0] + p / s[0]), s[1] + 1), (p + 1.0, 0))
+        return np.sum(r)
+    g = rj.jit(rj.grad(newton))
+    for n in (1, 4, 7):
+        p = np.linspace(0.5, 9.0, n)
+        np.testing.assert_allclose(g(p), 0.5 / np.sqrt(p), rtol=1e-6)
+    assert g.cache_info().compiles == 1
+
+
 def test_what_loops_cannot_differentiate_says_so():
     x = np.linspace(0.1, 0.9, 4)
     with pytest.raises(NotImplementedError, match="traced values"):
         rj.grad(lambda x, n: np.sum(fori_loop(0, n, lambda i, c: c * 2.0, x)))(x, np.int64(3))
-    with pytest.raises(NotImplementedError, match="while_loop"):
-        rj.grad(lambda x: np.sum(while_loop(lambda c: c[0] < 3.0, lambda c: c * 2.0, x)))(x)
+    with pytest.raises(NotImplementedError, match="cond"):
+        rj.grad(lambda x: np.sum(rj.lax.cond(x[0] > 0.5, lambda v: v * 2.0, lambda v: v, x)))(x)

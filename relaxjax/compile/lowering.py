@@ -10,7 +10,8 @@ a reader, which is how fusion inlines producers into consumers.
 
 Left at the graph level, as host operations (``HOST_OPS``): ``reshape`` (a zero-copy view of
 a row-major buffer), ``match_cast`` (a run-time shape check), and the data-dependent
-``nonzero`` and ``boolean_mask``, whose output size is only known after reading the data.
+``nonzero``, ``boolean_mask`` and ``iota_count``, whose output size is only known after reading
+the data.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ..shapes import is_symbolic, same_dim
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
-HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask", "check_int_power",
+HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask", "iota_count", "check_int_power",
             # structured control flow: the runtimes drive the iterations and run the regions
             "fori_loop", "while_loop", "scan", "cond"}
 # float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)

@@ -5,7 +5,7 @@ from .elementwise import abs, max, min, pow, round  # noqa: F401  (names shadowi
 from .reduction import (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or,  # noqa: F401
                         argmax, argmin, cumsum, cumprod, cummax, cummin)
 from .structural import reshape, transpose, broadcast_to, concatenate, slice, pad, iota  # noqa: F401
-from .indexing import (take, take_along_axis, nonzero, boolean_mask, match_cast,  # noqa: F401
+from .indexing import (take, take_along_axis, nonzero, iota_count, boolean_mask, match_cast,  # noqa: F401
                        dynamic_slice, dynamic_slice_p, dynamic_update_slice,
                        dynamic_update_slice_p, update_slice, scatter)
 from .linalg import matmul  # noqa: F401

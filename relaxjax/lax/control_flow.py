@@ -403,9 +403,44 @@ def _scan_vjp(cts, *ins, outs, pullback, body, n_carry, n_xs, length, reverse):
     return grads
 
 
+def _while_vjp(cts, *ins, outs, pullback, cond, body, n_carry, n_cond_consts):
+    """while_loop's reverse mode (JAX has none): the loop runs again counting its trip count
+    ``N``, an array of ``N`` indices gives the stacked carries a run-time length, and the
+    carries are stored and taken back through the body as a fori_loop's are."""
+    from .elementwise import add
+    from .indexing import iota_count
+    carry = list(ins[:n_carry])
+    consts, captured = list(ins[n_carry:n_carry + n_cond_consts]), list(ins[n_carry + n_cond_consts:])
+    fc, fcap = _floats(carry), _floats(captured)
+    one = np.ones((), np.int64)
+    _, trips = while_loop(lambda s: call_region(cond, [*s[0], *consts])[0],
+                          lambda s: (tuple(call_region(body, [*s[0], *captured])), add.bind(s[1], one)),
+                          (tuple(carry), np.zeros((), np.int64)))
+    steps = iota_count.bind(trips, count=current_trace().env.fresh("trips"))
+    _, stacked = scan(lambda c, _: (tuple(call_region(body, [*c, *captured])), c), tuple(carry), steps)
+
+    def back(state, c_t):
+        ct_c, ct_cap = state
+
+        def one_step(*floats):
+            new = call_region(body, [*_with(c_t, fc, floats[:len(fc)]), *_with(captured, fcap, floats[len(fc):])])
+            return [new[k] for k in fc]
+        got = pullback(one_step, [c_t[k] for k in fc] + [captured[k] for k in fcap], list(ct_c))
+        return (tuple(got[:len(fc)]), tuple(add.bind(s, g) for s, g in zip(ct_cap, got[len(fc):]))), None
+    ct_c = tuple(cts[k] if cts[k] is not None else _zeros(outs[k]) for k in fc)
+    (g_c, g_cap), _ = scan(back, (ct_c, tuple(_zeros(captured[k]) for k in fcap)), stacked, reverse=True)
+    grads = [None] * len(ins)
+    for k, g in zip(fc, g_c):
+        grads[k] = g
+    for k, g in zip(fcap, g_cap):
+        grads[n_carry + n_cond_consts + k] = g
+    return grads
+
+
 # the loops' rules take every output's cotangent at once (``cts``)
 fori_loop_p.vjp, fori_loop_p.vjp_all_outputs = _fori_vjp, True
 scan_p.vjp, scan_p.vjp_all_outputs = _scan_vjp, True
+while_loop_p.vjp, while_loop_p.vjp_all_outputs = _while_vjp, True
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,6 +56,14 @@ nonzero = Primitive("nonzero", shape_rule=lambda env, x, *, count: [(count,)] * 
                     impl=lambda x, *, count: np.nonzero(np.atleast_1d(x)), kind="data_dependent",
                     multiple_results=True)
 
+# 0, 1, ..., n - 1 for a traced integer scalar n: an array whose length is a fresh run-time
+# dim (how while_loop's derivative stacks one carry per iteration of a trip count only the
+# run knows)
+iota_count = Primitive("iota_count", shape_rule=lambda env, n, *, count: (count,),
+                       dtype_rule=lambda n, *, count: np.dtype("int64"),
+                       impl=lambda n, *, count: np.arange(max(int(n), 0), dtype=np.int64),
+                       kind="data_dependent")
+
 
 def _mask_shape(env, x, mask, *, count):
     if not dt.is_bool(mask.dtype):
