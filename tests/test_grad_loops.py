@@ -180,3 +180,14 @@ def test_what_loops_cannot_differentiate_says_so():
         rj.grad(lambda x, n: np.sum(fori_loop(0, n, lambda i, c: c * 2.0, x)))(x, np.int64(3))
     with pytest.raises(NotImplementedError, match="cond"):
         rj.grad(lambda x: np.sum(rj.lax.cond(x[0] > 0.5, lambda v: v * 2.0, lambda v: v, x)))(x)
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 13, -2])
+def test_iota_count_has_a_run_time_length(k):
+    """``lax.iota_count(n)``: arange of a traced count (what stacks a while_loop's carries)."""
+    for b in BACKENDS:
+        f = rj.jit(lambda n, x: rj.lax.iota_count(n) * 2 + x, backend=b)
+        got = f(np.int64(k), np.int64(1))
+        np.testing.assert_array_equal(got, np.arange(max(k, 0)) * 2 + 1)
+        assert got.dtype == np.int64
+    np.testing.assert_array_equal(rj.lax.iota_count(k), np.arange(max(k, 0)))

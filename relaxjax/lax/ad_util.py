@@ -8,6 +8,8 @@ takes none (an index, a predicate).  Primitives are looked up by name when a rul
 modules defining them import this one)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..core import PRIMITIVES, Tracer, current_trace
 from .complex_parts import scalar
 
@@ -19,6 +21,14 @@ def bind(name: str, *args, **params):
 def const(x: Tracer, value: float) -> Tracer:
     """A 0-d constant of ``x``'s dtype."""
     return scalar(value, x.dtype)
+
+
+def dim_scalar(d, dtype) -> Tracer:
+    """Dim ``d`` (an int or a symbolic expression) as a 0-d value of integer ``dtype``."""
+    from ..ir import Literal, TensorType
+    ctx = current_trace()
+    lit = Literal(ctx.env.canon(d) if not isinstance(d, int) else d, TensorType((), np.dtype("int64"), True))
+    return bind("convert", Tracer(ctx, lit), dtype=np.dtype(dtype), weak=False)
 
 
 def zeros_like(x: Tracer) -> Tracer:
@@ -40,10 +50,13 @@ def same_shape(a: tuple, b: tuple) -> bool:
 def unbroadcast(ct: Tracer, operand: Tracer) -> Tracer:
     """``ct`` (of the broadcast result's shape) summed over the axes ``operand`` was
     broadcast along, in ``operand``'s shape: leading axes it lacks, and axes where its dim
-    is not (provably) the result's -- broadcasting only stretches a 1."""
+    is 1 and the result's not (provably) -- broadcasting only stretches a 1, so a dim that
+    is not 1 equals the result's (``min(2, n)`` against 2 under the guard that they are
+    equal, which the prover may not see)."""
     cs, os_ = tuple(ct.type.shape), tuple(operand.type.shape)
     lead = len(cs) - len(os_)
-    axes = list(range(lead)) + [lead + k for k, d in enumerate(os_) if not same_dim(d, cs[lead + k])]
+    axes = list(range(lead)) + [lead + k for k, d in enumerate(os_)
+                                if same_dim(d, 1) and not same_dim(d, cs[lead + k])]
     if axes:
         ct = bind("reduce_sum", ct, axes=tuple(axes))
     if not same_shape(tuple(ct.type.shape), os_):

@@ -416,7 +416,7 @@ def _while_vjp(cts, *ins, outs, pullback, cond, body, n_carry, n_cond_consts):
     _, trips = while_loop(lambda s: call_region(cond, [*s[0], *consts])[0],
                           lambda s: (tuple(call_region(body, [*s[0], *captured])), add.bind(s[1], one)),
                           (tuple(carry), np.zeros((), np.int64)))
-    steps = iota_count.bind(trips, count=current_trace().env.fresh("trips"))
+    steps = iota_count(trips)
     _, stacked = scan(lambda c, _: (tuple(call_region(body, [*c, *captured])), c), tuple(carry), steps)
 
     def back(state, c_t):

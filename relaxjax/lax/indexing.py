@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from ..core import Primitive
+from ..core import Primitive, find_trace
+from . import ad_util as au
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import as_dim, dim_str
@@ -59,10 +60,19 @@ nonzero = Primitive("nonzero", shape_rule=lambda env, x, *, count: [(count,)] * 
 # 0, 1, ..., n - 1 for a traced integer scalar n: an array whose length is a fresh run-time
 # dim (how while_loop's derivative stacks one carry per iteration of a trip count only the
 # run knows)
-iota_count = Primitive("iota_count", shape_rule=lambda env, n, *, count: (count,),
-                       dtype_rule=lambda n, *, count: np.dtype("int64"),
-                       impl=lambda n, *, count: np.arange(max(int(n), 0), dtype=np.int64),
-                       kind="data_dependent")
+iota_count_p = Primitive("iota_count", shape_rule=lambda env, n, *, count: (count,),
+                         dtype_rule=lambda n, *, count: np.dtype("int64"),
+                         impl=lambda n, *, count: np.arange(max(int(n), 0), dtype=np.int64),
+                         kind="data_dependent")
+
+
+def iota_count(n):
+    """``arange(n)`` (int64) for an integer scalar ``n`` that may be traced: under a trace its
+    length is a fresh run-time dim; a negative ``n`` gives an empty array."""
+    ctx = find_trace([n])
+    if ctx is None:
+        return iota_count_p.impl(np.asarray(n), count=None)
+    return iota_count_p.bind(n, count=ctx.env.fresh("iota"))
 
 
 def _mask_shape(env, x, mask, *, count):
@@ -276,3 +286,58 @@ positions ``idx`` names along ``axis``, one index after the other (duplicates ac
 ``set`` the last one wins).  ``updates`` has ``take(x, idx, axis)``'s shape.  Negative indices
 count from the end; others out of range are dropped (``oob="drop"``, JAX's default), clamped
 (``"clip"``) or an IndexError (``"error"``, NumPy's)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Reverse-mode rules (``Primitive.vjp``, see ``ad_util``): a gather's cotangent is scattered
+# back (added: an index taken twice takes both cotangents), a window's is written back into
+# zeros, an update's is read out of the window
+# ---------------------------------------------------------------------------------------
+
+def _take_vjp(ct, x, idx, *, out, axis):
+    return scatter.bind(au.zeros_like(x), idx, ct, axis=axis, mode="add", oob="error"), None
+
+
+def _dynamic_slice_vjp(ct, x, *starts, out, sizes):
+    return (dynamic_update_slice_p.bind(au.zeros_like(x), ct, *starts),) + (None,) * len(starts)
+
+
+def _dynamic_update_vjp(ct, x, update, *starts, out):
+    sizes = tuple(update.type.shape)
+    return (dynamic_update_slice_p.bind(ct, au.zeros_like(update), *starts),
+            dynamic_slice_p.bind(ct, *starts, sizes=sizes)) + (None,) * len(starts)
+
+
+def _update_slice_vjp(ct, x, update, *, out, start, size, step):
+    window = au.bind("slice", ct, start=start, size=size, step=step)
+    return update_slice.bind(ct, au.zeros_like(update), start=start, size=size, step=step), window
+
+
+def _scatter_vjp(ct, x, idx, updates, *, out, axis, mode, oob):
+    """``add``: the cotangent passes to ``x`` whole and is gathered for the updates;
+    ``set``: ``x``'s written positions take none, the updates theirs (an index written
+    twice gives each write the cotangent, as JAX's rule does).  The update of an index out
+    of range (dropped, ``oob="drop"``) takes none; clipped indices and the other modes have
+    no rule yet."""
+    if mode not in ("add", "set") or oob == "clip":
+        raise NotImplementedError(f"grad of a scatter with mode={mode!r}, oob={oob!r} is not "
+                                  f"implemented yet (add and set, with indices in range or dropped, are)")
+    if oob == "drop":             # the dropped updates' cotangents are zeros
+        d = au.dim_scalar(x.type.shape[axis], idx.dtype)
+        inside = au.bind("and", au.bind("ge", idx, au.bind("neg", d)), au.bind("lt", idx, d))
+        taken = take.bind(ct, au.bind("select", inside, idx, au.const(idx, 0)), axis=axis)
+        mask = au.bind("reshape", inside, new_sizes=(1,) * axis + tuple(idx.type.shape) +
+                       (1,) * (x.ndim - axis - 1))
+        taken = au.bind("select", mask, taken, au.const(taken, 0))
+    else:
+        taken = take.bind(ct, idx, axis=axis)
+    if mode == "add":
+        return ct, None, taken
+    return scatter.bind(ct, idx, au.zeros_like(updates), axis=axis, mode="set", oob=oob), None, taken
+
+
+take.vjp = _take_vjp
+dynamic_slice_p.vjp = _dynamic_slice_vjp
+dynamic_update_slice_p.vjp = _dynamic_update_vjp
+update_slice.vjp = _update_slice_vjp
+scatter.vjp = _scatter_vjp
