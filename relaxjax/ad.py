@@ -17,14 +17,14 @@ itself is dead in the result and removed, so the compiled program is the forward
 one linear pass, as forward mode's would be.  ``stop_gradient`` marks values no derivative
 flows through.
 
-Loops: ``fori_loop``, ``scan`` and ``while_loop`` carry rules (``lax.control_flow``) that
-take the pullback of their body from here (``_pullback``), so the derivative of a loop is
-more loops in the same program (the carries stacked, then the body's pullback run
-backwards).
+Control flow: ``fori_loop``, ``scan``, ``while_loop`` and ``cond`` carry rules
+(``lax.control_flow``) that take the pullback of their regions from here (``_pullback``),
+so the derivative of a loop is more loops in the same program (the carries stacked, then
+the body's pullback run backwards) and that of a branch the same branch's pullback.
 
 Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
-over symbolic sizes), derivatives of ``cond``, of gathers and scatters, of loop-level
-programs and library calls (``custom_vjp`` gives them one).
+over symbolic sizes), derivatives of sorts, cumulative ops, linalg, loop-level programs
+and library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 

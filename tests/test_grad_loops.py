@@ -174,12 +174,37 @@ def test_while_loop_gradient_compiles_once():
     assert g.cache_info().compiles == 1
 
 
-def test_what_loops_cannot_differentiate_says_so():
+@given(n=WIDTH, shift=st.floats(-2.0, 2.0), seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_cond_and_switch_take_the_branch_that_ran(n, shift, seed):
+    rng = np.random.default_rng(seed)
+    x, a = rng.standard_normal(n) + shift, np.float64(rng.uniform(0.5, 2.0))
+    w = rng.standard_normal(n)
+    branches = [lambda v, a: np.sin(v) * a * w, lambda v, a: v ** 2 + a, lambda v, a: np.exp(v * 0.1) * a * a]
+
+    def pick(x):
+        return 0 if np.sum(x) > 1.0 else 1 if np.sum(x) > -1.0 else 2
+
+    def f(x, a):
+        i = (np.sum(x) <= 1.0).astype(np.int32) + (np.sum(x) <= -1.0).astype(np.int32)
+        y = rj.lax.switch(i, branches, x, a)
+        z = rj.lax.cond(np.sum(x) > 0.0, lambda v: v * a, lambda v: v - a, y)
+        return np.sum(z * np.arange(1.0, n + 1))
+
+    def f_np(x, a):
+        y = branches[pick(x)](x, a)
+        z = y * a if np.sum(x) > 0.0 else y - a
+        return np.sum(z * np.arange(1.0, n + 1))
+    eps = 1e-6
+    assume(all(pick(x + d * eps * e) == pick(x) and (np.sum(x + d * eps * e) > 0) == (np.sum(x) > 0)
+               for e in np.eye(n) for d in (-1, 1)))
+    check(f, f_np, (x, a), (0, 1))
+
+
+def test_what_control_flow_cannot_differentiate_says_so():
     x = np.linspace(0.1, 0.9, 4)
     with pytest.raises(NotImplementedError, match="traced values"):
         rj.grad(lambda x, n: np.sum(fori_loop(0, n, lambda i, c: c * 2.0, x)))(x, np.int64(3))
-    with pytest.raises(NotImplementedError, match="cond"):
-        rj.grad(lambda x: np.sum(rj.lax.cond(x[0] > 0.5, lambda v: v * 2.0, lambda v: v, x)))(x)
 
 
 @pytest.mark.parametrize("k", [0, 1, 5, 13, -2])

@@ -580,6 +580,39 @@ def switch(index, branches: Sequence[Callable], *operands, names: Sequence[str] 
     return optree.tree_unflatten(out_tree, outs)
 
 
+def _cond_vjp(cts, index, *rest, outs, pullback, branches, n_operands, capture_spans):
+    """cond's reverse mode: the same branch, chosen by the same index, runs its pullback
+    (a switch over the branches' pullbacks), giving the operands' cotangents and those of
+    the values it captured (zeros for the other branches' captures)."""
+    ops, caps = list(rest[:n_operands]), list(rest[n_operands:])
+    fo, fcap, fy = _floats(ops), _floats(caps), _floats(outs)
+    ct_y = [cts[j] if cts[j] is not None else _zeros(outs[j]) for j in fy]
+
+    def pullback_of(k: int):
+        lo, hi = capture_spans[k]
+        mine = [c for c in fcap if lo <= c < hi]
+
+        def run():
+            def branch(*floats):
+                cap = _with(caps, mine, floats[len(fo):])
+                res = call_region(branches[k], [*_with(ops, fo, floats[:len(fo)]), *cap[lo:hi]])
+                return [res[j] for j in fy]
+            got = pullback(branch, [ops[j] for j in fo] + [caps[c] for c in mine], ct_y)
+            by_cap = dict(zip(mine, got[len(fo):]))
+            return tuple(got[:len(fo)]) + tuple(by_cap[c] if c in by_cap else _zeros(caps[c]) for c in fcap)
+        return run
+    got = switch(index, [pullback_of(k) for k in range(len(branches))])
+    grads = [None] * (1 + len(rest))
+    for j, g in zip(fo, got[:len(fo)]):
+        grads[1 + j] = g
+    for c, g in zip(fcap, got[len(fo):]):
+        grads[1 + n_operands + c] = g
+    return grads
+
+
+cond_p.vjp, cond_p.vjp_all_outputs = _cond_vjp, True
+
+
 def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
     """``true_fun(*operands) if pred else false_fun(*operands)``, with only the taken branch
     running (JAX's ``lax.cond``)."""
