@@ -240,9 +240,27 @@ class _Fuser:
             gid = self.groups[gid].merged_into
         return gid
 
+    def read_by_gemm_flags(self, b: Binding) -> bool:
+        """Whether ``b`` swaps the last two axes of a value only float matrix products
+        read: it stays a binding of its own, so that each product reads the untransposed
+        value through gemm's transpose flag (``blas_calls.gemm_call``) and the transpose
+        goes with dead-code elimination.  Fused into its producer's program it became a
+        second, transposed output that the program wrote element by element (a gradient's
+        ``h.T @ ct``: 4x slower than the step it belonged to)."""
+        if b.kind != "primitive" or b.callee.name != "transpose":
+            return False
+        n = len(b.params["perm"])
+        if n < 2 or tuple(b.params["perm"]) != tuple(range(n - 2)) + (n - 1, n - 2):
+            return False
+        users = self.uses.get(b.outvars[0], [])
+        return bool(users) and all(
+            u < len(self.fn.bindings) and self.fn.bindings[u].kind == "primitive" and
+            self.fn.bindings[u].callee.name == "matmul" and
+            self.fn.bindings[u].outvars[0].type.dtype in BLAS for u in users)
+
     def run(self) -> list[_Group]:
         for index, b in enumerate(self.fn.bindings):
-            pattern = op_pattern(b)
+            pattern = "opaque" if self.read_by_gemm_flags(b) else op_pattern(b)
             producers = []
             for a in b.args:
                 gid = self.group_of.get(a) if isinstance(a, Var) else None
