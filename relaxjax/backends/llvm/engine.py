@@ -20,6 +20,7 @@ from ... import cache
 from ...tir import PrimFunc
 from . import blas_threads, gemm, mathlib, target
 from .codegen import KernelEmitter, helper_source
+from .column_reductions import block_column_reductions
 from .host import check_object_layout
 from .irtypes import SEGMENT_OPTNONE
 
@@ -366,7 +367,7 @@ class KernelCode:
 
 
 def kernel_code(f: PrimFunc) -> KernelCode:
-    em = KernelEmitter(f, "@@SYM@@")
+    em = KernelEmitter(block_column_reductions(f), "@@SYM@@")
     body = em.emit()
     decls = set(_KERNEL_DECLS)
     helpers = []
