@@ -42,7 +42,7 @@ from .jit import jit
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
-__all__ = ["vjp", "jvp", "grad", "value_and_grad", "stop_gradient", "custom_vjp"]
+__all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacfwd", "jacrev", "stop_gradient", "custom_vjp"]
 
 
 def _leaves(tree) -> tuple[list, Any]:
@@ -239,6 +239,58 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             tangent_outs[k] = g
     tangent_out = optree.tree_unflatten(tree, tangent_outs)
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _jacobian(fun: Callable, argnums: int, forward: bool) -> Callable:
+    """The Jacobian ``J[out index + in index]`` of ``fun``'s array output with respect to
+    its array argument ``argnums``: one ``jvp`` per input element (``forward``) or one
+    pullback per output element.  The sizes they loop over must be known when tracing (a
+    jitted call guards them, so each shape traces once); symbolic sizes need ``vmap``,
+    which is not built yet."""
+    if not isinstance(argnums, int):
+        raise TypeError("jacfwd/jacrev take one argument number (an int)")
+    from . import numpy as rnp
+
+    def transformed(*args):
+        x = args[argnums]
+
+        def partial(v):
+            full = list(args)
+            full[argnums] = v
+            return fun(*full)
+        out, pull = vjp(partial, x)
+        if not isinstance(out, Tracer):
+            raise TypeError("jacfwd/jacrev: the function must return one array")
+        out_shape = tuple(int(d) for d in out.shape)
+        in_shape = tuple(int(d) for d in x.shape)
+        if forward:
+            cols = []
+            for j in range(int(np.prod(in_shape, dtype=np.int64))):
+                e = np.zeros(int(np.prod(in_shape, dtype=np.int64)), x.dtype)
+                e[j] = 1
+                cols.append(jvp(partial, (x,), (e.reshape(in_shape),))[1])
+            return rnp.stack(cols, axis=-1).reshape(out_shape + in_shape) if cols else \
+                rnp.zeros(out_shape + in_shape, out.dtype)
+        rows = []
+        for i in range(int(np.prod(out_shape, dtype=np.int64))):
+            e = np.zeros(int(np.prod(out_shape, dtype=np.int64)), out.dtype)
+            e[i] = 1
+            rows.append(pull(e.reshape(out_shape))[0])
+        return rnp.stack(rows).reshape(out_shape + in_shape) if rows else \
+            rnp.zeros(out_shape + in_shape, x.dtype)
+    return _traced_or_jitted(functools.wraps(fun)(transformed))
+
+
+def jacfwd(fun: Callable, argnums: int = 0) -> Callable:
+    """``jax.jacfwd``: the Jacobian by forward mode, one ``jvp`` per input element (for
+    small inputs; see ``_jacobian``)."""
+    return _jacobian(fun, argnums, forward=True)
+
+
+def jacrev(fun: Callable, argnums: int = 0) -> Callable:
+    """``jax.jacrev``: the Jacobian by reverse mode, one pullback per output element (for
+    small outputs; see ``_jacobian``)."""
+    return _jacobian(fun, argnums, forward=False)
 
 
 def _jvp_jitted(fun: Callable, has_aux: bool) -> Callable:

@@ -230,3 +230,38 @@ def test_custom_vjp_errors():
     f.defvjp(lambda x: (f(x), x), lambda x, g: (np.sum(g),))         # a scalar for a vector
     with pytest.raises(ValueError, match=r"cotangent 0 has shape \(\); the argument has"):
         rj.grad(lambda x: np.sum(f(x)))(x)
+
+
+# ---------------------------------------------------------------------------------------
+# jacfwd / jacrev (small, concrete sizes)
+# ---------------------------------------------------------------------------------------
+
+@given(m=st.integers(1, 4), n=st.integers(1, 3), k=st.integers(1, 4), seed=st.integers(0, 99))
+@settings(max_examples=15, deadline=None)
+def test_jacobians_against_finite_differences(m, n, k, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((k, m))
+    x = rng.standard_normal((m, n))
+    f = lambda x: np.sum(np.tanh(a @ x) * x[0], axis=1)           # (m, n) -> (k,)
+    eps = 1e-6
+    want = np.zeros((k, m, n))
+    for idx in np.ndindex(m, n):
+        e = np.zeros((m, n))
+        e[idx] = eps
+        want[(slice(None),) + idx] = (f(x + e) - f(x - e)) / (2 * eps)
+    for b in BACKENDS:
+        for jac in (rj.jacrev, rj.jacfwd):
+            got = rj.jit(jac(f), backend=b)(x)
+            assert got.shape == (k, m, n)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8, err_msg=f"{jac.__name__} on {b}")
+
+
+def test_hessian_is_jacfwd_of_grad():
+    x = np.linspace(0.2, 1.1, 4)
+    f = lambda x: np.sum(np.sin(x) * x[0] + x ** 3)
+    h = rj.jacfwd(rj.grad(f))(x)
+    want = np.diag(-np.sin(x) * x[0] + 6 * x)
+    want[0, :] += np.cos(x)
+    want[:, 0] += np.cos(x)               # so d2/dx0^2 has 2 cos x0 - x0 sin x0 + 6 x0
+    np.testing.assert_allclose(h, want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-12)
