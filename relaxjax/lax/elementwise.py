@@ -237,6 +237,13 @@ div.vjp = lambda ct, x, y, *, out: (au.unbroadcast(div.bind(ct, y), x),
                                     au.unbroadcast(neg.bind(div.bind(mul.bind(ct, out), y)), y))
 
 
+def _atan2_vjp(ct, y, x, *, out):
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
+    r = add.bind(mul.bind(x, x), mul.bind(y, y))
+    return (au.unbroadcast(div.bind(mul.bind(ct, x), r), y),
+            au.unbroadcast(neg.bind(div.bind(mul.bind(ct, y), r)), x))
+
+
 def _pow_vjp(ct, x, y, *, out):
     """d(x^y) = y x^(y-1) dx + log(x) x^y dy (the second 0 where x^y is 0, as JAX)."""
     dx = mul.bind(ct, mul.bind(y, pow.bind(x, sub.bind(y, au.const(y, 1)))))
@@ -268,6 +275,7 @@ def _convert_vjp(ct, x, *, out, dtype, weak=False):
 
 
 pow.vjp = _pow_vjp
+atan2.vjp = _atan2_vjp
 max.vjp = _extremum_vjp(lambda x, y: ge.bind(x, y))
 min.vjp = _extremum_vjp(lambda x, y: le.bind(x, y))
 select.vjp = _select_vjp

@@ -337,6 +337,7 @@ def _scatter_vjp(ct, x, idx, updates, *, out, axis, mode, oob):
 
 
 take.vjp = _take_vjp
+match_cast.vjp = lambda ct, x, *, out, shape: (match_cast.bind(ct, shape=tuple(x.type.shape)),)
 dynamic_slice_p.vjp = _dynamic_slice_vjp
 dynamic_update_slice_p.vjp = _dynamic_update_vjp
 update_slice.vjp = _update_slice_vjp

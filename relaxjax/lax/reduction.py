@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Primitive
+from ..core import Primitive, Tracer
 from . import ad_util as au
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
@@ -101,5 +101,19 @@ def _extremum_vjp(ct, x, *, out, axes):
     return (au.bind("div", au.bind("mul", au.expand(ct, axes, shape), hit), count),)
 
 
+def _reversed(x: Tracer, axis: int) -> Tracer:
+    """``x`` read backwards along ``axis`` (a slice of step -1)."""
+    shape = tuple(x.type.shape)
+    start = tuple(d - 1 if k == axis else 0 for k, d in enumerate(shape))
+    step = tuple(-1 if k == axis else 1 for k in range(len(shape)))
+    return au.bind("slice", x, start=start, size=shape, step=step)
+
+
+def _cumsum_vjp(ct, x, *, out, axis):
+    """Each element feeds every later partial sum: the cotangents summed from the end."""
+    return (_reversed(cumsum.bind(_reversed(ct, axis), axis=axis), axis),)
+
+
 reduce_sum.vjp = _sum_vjp
 reduce_max.vjp = reduce_min.vjp = _extremum_vjp
+cumsum.vjp = _cumsum_vjp

@@ -156,9 +156,11 @@ def _inverse(perm) -> tuple:
 
 
 def _slice_vjp(ct, x, *, out, start, size, step):
-    """The cotangent in place, zeros around it (a unit-step slice; strided ones raise)."""
+    """The cotangent in place, zeros around it: a pad for a unit-step slice, the window
+    written into zeros (``update_slice``) for a strided one."""
     if any(s != 1 for s in step):
-        raise NotImplementedError("grad of a strided slice (x[::k]) is not implemented yet")
+        return (au.bind("update_slice", au.zeros_like(x), ct, start=tuple(start), size=tuple(size),
+                        step=tuple(step)),)
     high = tuple(d - b - n for d, b, n in zip(x.type.shape, start, size))
     return (pad.bind(ct, au.const(ct, 0), low=tuple(start), high=high),)
 
