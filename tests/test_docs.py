@@ -32,6 +32,14 @@ def test_fit_example_learns_with_one_compile():
     assert "compiles: 1" in r.stdout, r.stdout
 
 
+def test_oscillator_fit_recovers_its_parameters_with_one_compile():
+    """examples/fit_oscillator.py: grad through a scan time loop and a while_loop."""
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "fit_oscillator.py"), "--small"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr          # (it asserts k, c and the while_loop gradient)
+    assert "compiles: 1 for" in r.stdout, r.stdout
+
+
 def test_readme_llvm_block_prints_the_lowered_ir_it_shows(capsys):
     src = (ROOT / "README.md").read_text()
     code, shown = re.findall(r"## The LLVM backend\n\n```python\n(.*?)```\n[^\n]*prints[^\n]*\n```\n(.*?)```",

@@ -81,6 +81,22 @@ def test_scan_xs_ys_and_reverse(steps, n, reverse, seed):
     check(f, f_np, (h0, w, xs), (0, 1, 2))
 
 
+def test_scan_without_xs():
+    x = np.linspace(0.2, 1.0, 3)
+
+    def f(x):
+        c, ys = scan(lambda c, _: (np.sin(c) * 1.5, c * c), x, None, length=5)
+        return np.sum(c) + np.sum(ys * np.arange(1.0, 6.0)[:, None])
+
+    def f_np(x):
+        c, ys = x, []
+        for _ in range(5):
+            c, y = np.sin(c) * 1.5, c * c
+            ys.append(y)
+        return np.sum(c) + np.sum(np.array(ys) * np.arange(1.0, 6.0)[:, None])
+    check(f, f_np, (x,), (0,))
+
+
 def test_integer_carry_and_the_loop_index():
     x = np.linspace(0.2, 1.0, 4)
 

@@ -371,8 +371,8 @@ def _scan_vjp(cts, *ins, outs, pullback, body, n_carry, n_xs, length, reverse):
     ys = outs[n_carry:]
     fc, fx, fcap, fy = _floats(carry), _floats(xs), _floats(captured), _floats(ys)
 
-    def step(c, x_t):
-        return tuple(call_region(body, [*x_t, *c, *captured])[:n_carry]), c
+    def step(c, x_t):                     # (x_t is None where the scan has no xs)
+        return tuple(call_region(body, [*(x_t or ()), *c, *captured])[:n_carry]), c
     _, stacked = scan(step, tuple(carry), tuple(xs), length=length, reverse=reverse)
 
     def back(state, inp):
