@@ -105,6 +105,21 @@ def test_cumsum_and_strided_slices(m, n, axis, seed):
     check(f, (x, r), argnums=(0, 1))
 
 
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple), data=st.data(),
+       zeros=st.integers(0, 2))
+@settings(max_examples=25, deadline=None)
+def test_prod_with_zeros(shape, data, zeros):
+    """Each element's cotangent is the product of the others: no division, so zeros (one
+    or two in a reduced line) take the right one."""
+    axes = data.draw(st.sampled_from([None] + list(range(len(shape))) +
+                                     ([(0, len(shape) - 1)] if len(shape) > 1 else [])))
+    rng = np.random.default_rng(sum(shape) + zeros)
+    x = rng.uniform(0.5, 1.5, shape)
+    x.flat[rng.choice(x.size, min(zeros, x.size), replace=False)] = 0.0
+    r = rng.standard_normal(np.shape(np.prod(x, axis=axes)))
+    check(lambda x, r: np.sum(np.prod(x, axis=axes) * r), (x, r))
+
+
 def test_a_tied_maximum_shares_its_cotangent():
     g = rj.grad(lambda x: np.max(x))(np.array([1.0, 3.0, 3.0, 2.0]))
     np.testing.assert_array_equal(g, [0.0, 0.5, 0.5, 0.0])

@@ -114,6 +114,41 @@ def _cumsum_vjp(ct, x, *, out, axis):
     return (_reversed(cumsum.bind(_reversed(ct, axis), axis=axis), axis),)
 
 
+def _exclusive_cumprod(x: Tracer) -> Tracer:
+    """Along the last axis: 1, x0, x0 x1, ..., the product of every element before each."""
+    n = x.ndim
+    shape = tuple(x.type.shape)
+    shifted = au.bind("pad", cumprod.bind(x, axis=n - 1), au.const(x, 1), low=(0,) * (n - 1) + (1,),
+                      high=(0,) * n)
+    return au.bind("slice", shifted, start=(0,) * n, size=shape, step=(1,) * n)
+
+
+def _prod_vjp(ct, x, *, out, axes):
+    """Each element's cotangent is the product of the others (zeros included, no division):
+    the reduced axes moved last and merged, the products before and after each element
+    from exclusive running products, forwards and backwards."""
+    axes = tuple(sorted(axes))
+    shape = tuple(x.type.shape)
+    kept = [k for k in range(len(shape)) if k not in axes]
+    perm = tuple(kept) + axes
+    moved = au.bind("transpose", x, perm=perm) if perm != tuple(range(len(shape))) else x
+    red = 1
+    for a in axes:
+        red = red * shape[a]
+    flat = au.bind("reshape", moved, new_sizes=tuple(shape[k] for k in kept) + (red,))
+    last = len(kept)
+    others = au.bind("mul", _exclusive_cumprod(flat), _reversed(_exclusive_cumprod(_reversed(flat, last)), last))
+    g = au.bind("mul", others, au.bind("reshape", ct, new_sizes=tuple(ct.type.shape) + (1,)))
+    g = au.bind("reshape", g, new_sizes=tuple(shape[k] for k in perm))
+    if perm != tuple(range(len(shape))):
+        inverse = [0] * len(perm)
+        for k, p in enumerate(perm):
+            inverse[p] = k
+        g = au.bind("transpose", g, perm=tuple(inverse))
+    return (g,)
+
+
 reduce_sum.vjp = _sum_vjp
 reduce_max.vjp = reduce_min.vjp = _extremum_vjp
+reduce_prod.vjp = _prod_vjp
 cumsum.vjp = _cumsum_vjp
