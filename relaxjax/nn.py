@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import numpy as rnp
 from . import lax
 from .numpy._base import arr, cast, dtype_of
@@ -95,3 +97,44 @@ def one_hot(x, num_classes, dtype="float64"):
     """one_hot(x)[..., c] = (x == c)."""
     classes = rnp.arange(num_classes)
     return rnp.astype(rnp.expand_dims(x, -1) == classes, dtype)
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None,
+                          is_causal: bool = False):
+    """``jax.nn.dot_product_attention``: ``softmax(q k^T * scale + bias, masked) v`` per head.
+
+    Layout as JAX's: ``query`` ``(..., T, N, H)`` (sequence, heads, head size, under any
+    leading batch dims; rank 3 is ``(T, N, H)``), ``key``/``value`` ``(..., S, K, H)``
+    with ``K`` dividing ``N`` (grouped-query attention: query head ``n`` reads key/value
+    head ``n // (N // K)``); ``T`` and ``S`` may be different symbolic dims.  ``bias`` is
+    added to the logits and ``mask`` (True: attend) selects them, both broadcast to
+    ``(..., N, T, S)``; ``is_causal`` keeps key ``j <= i`` for query ``i``; ``scale``
+    defaults to ``1 / sqrt(H)``.  A fully masked row gets uniform weights (JAX's large
+    negative logit, not -inf).  Returns ``(..., T, N, H)``.  The scores are formed in full
+    (``T x S`` per head); a schedule that never builds them is issue 19's next step."""
+    q, k, v = arr(query), arr(key), arr(value)
+    if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(f"dot_product_attention: query, key and value need the same rank >= 3 "
+                         f"((..., seq, heads, head_dim)); got ranks {q.ndim}, {k.ndim}, {v.ndim}")
+    n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
+    if int(v.shape[-2]) != kv_heads or n_heads % kv_heads:
+        raise ValueError(f"dot_product_attention: {n_heads} query heads need a key/value head count "
+                         f"dividing it (key has {kv_heads}, value {int(v.shape[-2])})")
+    if scale is None:
+        scale = 1.0 / math.sqrt(int(q.shape[-1]))
+    qh, kh, vh = (rnp.swapaxes(t, -2, -3) for t in (q, k, v))           # (..., heads, seq, H)
+    if kv_heads != n_heads:
+        kh = rnp.repeat(kh, n_heads // kv_heads, axis=-3)
+        vh = rnp.repeat(vh, n_heads // kv_heads, axis=-3)
+    logits = (qh @ rnp.swapaxes(kh, -1, -2)) * scale                     # (..., N, T, S)
+    if bias is not None:
+        logits = logits + bias
+    keep = None if mask is None else rnp.asarray(mask)
+    if is_causal:
+        t_len, s_len = logits.shape[-2], logits.shape[-1]
+        causal = rnp.arange(s_len)[None, :] <= rnp.arange(t_len)[:, None]
+        keep = causal if keep is None else rnp.logical_and(keep, causal)
+    if keep is not None:
+        big = cast(-0.7 * float(np.finfo(dtype_of(logits)).max), dtype_of(logits))
+        logits = rnp.where(keep, logits, big)
+    return rnp.swapaxes(softmax(logits, axis=-1) @ vh, -2, -3)
