@@ -23,8 +23,8 @@ so the derivative of a loop is more loops in the same program (the carries stack
 the body's pullback run backwards) and that of a branch the same branch's pullback.
 
 Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
-over symbolic sizes), derivatives of sorts, cumulative ops, linalg, loop-level programs
-and library calls (``custom_vjp`` gives them one).
+over symbolic sizes), derivatives of cumprod/cummax/cummin, ``take_along_axis``, boolean
+masks, linalg, loop-level programs and library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 

@@ -120,6 +120,16 @@ def test_prod_with_zeros(shape, data, zeros):
     check(lambda x, r: np.sum(np.prod(x, axis=axes) * r), (x, r))
 
 
+@given(shape=st.lists(DIMS, min_size=1, max_size=3).map(tuple), data=st.data())
+@settings(max_examples=20, deadline=None)
+def test_sort(shape, data):
+    axis = data.draw(st.sampled_from(list(range(len(shape)))))
+    rng = np.random.default_rng(sum(shape))
+    x = rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0  # no ties
+    w = rng.standard_normal(shape)
+    check(lambda x, w: np.sum(np.sort(x, axis=axis) * w), (x, w))
+
+
 def test_a_tied_maximum_shares_its_cotangent():
     g = rj.grad(lambda x: np.max(x))(np.array([1.0, 3.0, 3.0, 2.0]))
     np.testing.assert_array_equal(g, [0.0, 0.5, 0.5, 0.0])

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core import Primitive
 from ..errors import ShapeError
+from . import ad_util as au
 
 
 def _last_axis(name):
@@ -23,3 +24,25 @@ argsort = Primitive("argsort", shape_rule=_last_axis("argsort"),
                     dtype_rule=lambda x: np.dtype("int64"),
                     impl=lambda x: np.argsort(x, axis=-1, kind="stable").astype(np.int64),
                     kind="opaque")
+
+
+def _sort_vjp(ct, x, *, out):
+    """Each sorted element's cotangent goes back to where it came from: the stable
+    argsort (the order ``sort`` took) says where, and one scatter over the flattened rows
+    puts it there (row ``r``'s position ``p`` is ``r * n + p``)."""
+    shape = tuple(x.type.shape)
+    n = shape[-1]
+    rows = 1
+    for d in shape[:-1]:
+        rows = rows * d
+    perm = au.bind("reshape", argsort.bind(x), new_sizes=(rows, n))
+    base = au.bind("iota", shape=(rows, n), dimension=0, dtype=np.dtype("int64"))
+    where = au.bind("add", perm, au.bind("mul", base, au.dim_scalar(n, np.int64)))
+    flat = (rows * n,)
+    g = au.bind("scatter", au.zeros_like(au.bind("reshape", x, new_sizes=flat)),
+                au.bind("reshape", where, new_sizes=flat), au.bind("reshape", ct, new_sizes=flat),
+                axis=0, mode="add", oob="error")
+    return (au.bind("reshape", g, new_sizes=shape),)
+
+
+sort.vjp = _sort_vjp
