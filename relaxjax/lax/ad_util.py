@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import PRIMITIVES, Tracer, current_trace
+from ..ir import Literal, TensorType
 from .complex_parts import scalar
 
 
@@ -25,10 +26,17 @@ def const(x: Tracer, value: float) -> Tracer:
 
 def dim_scalar(d, dtype) -> Tracer:
     """Dim ``d`` (an int or a symbolic expression) as a 0-d value of integer ``dtype``."""
-    from ..ir import Literal, TensorType
     ctx = current_trace()
     lit = Literal(ctx.env.canon(d) if not isinstance(d, int) else d, TensorType((), np.dtype("int64"), True))
     return bind("convert", Tracer(ctx, lit), dtype=np.dtype(dtype), weak=False)
+
+
+def inverse_permutation(perm) -> tuple:
+    """The axis permutation that undoes ``perm`` (a transpose's cotangent goes back by it)."""
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return tuple(inv)
 
 
 def zeros_like(x: Tracer) -> Tracer:

@@ -26,7 +26,9 @@ from ..errors import ShapeError
 from ..ir import IRModule, Literal, TensorType
 from ..shapes import SymbolicDim, dim_str, is_symbolic
 from .complex_parts import packed
-from .elementwise import convert, ne
+from .ad_util import zeros_like
+from .elementwise import add, convert, ne
+from .indexing import iota_count
 
 CONTROL_FLOW = ("fori_loop", "while_loop", "scan", "cond")
 
@@ -278,7 +280,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
 
 
 # ---------------------------------------------------------------------------------------
-# Derivatives: a region called again on tracers, and fori_loop's vjp rule
+# Derivatives: a region called again on tracers, and the loops' vjp rules
 # ---------------------------------------------------------------------------------------
 
 def call_region(module: IRModule, args: Sequence) -> list:
@@ -301,12 +303,10 @@ def call_region(module: IRModule, args: Sequence) -> list:
 
 def _fori_vjp(cts, lower, upper, *rest, outs, pullback, body, n_carry):
     """fori_loop's reverse mode, storing every carry: the loop runs again as a scan that
-    stacks the carry each step starts from, then a reverse scan takes the carries'
-    cotangents back through the body one step at a time (``pullback(fun, primals, cts)``:
-    the primals' cotangents), summing those of the values the body captured.  The trip
-    count must be known from ints and dims (the stacked carries' length); a traced one,
-    as in JAX, is not differentiable (use ints or ``x.shape[k]``)."""
-    from .elementwise import add, sub
+    stacks the index and the carry each step starts from, then the steps' pullbacks run
+    backwards (``_carries_back``).  The trip count must be known from ints and dims (the
+    stacked carries' length); a traced one, as in JAX, is not differentiable (use ints or
+    ``x.shape[k]``)."""
     if not all(isinstance(b.atom, Literal) for b in (lower, upper)):
         raise NotImplementedError("grad of a fori_loop whose bounds are traced values is not "
                                   "supported (its carries are stored per step, so the trip count "
@@ -314,39 +314,40 @@ def _fori_vjp(cts, lower, upper, *rest, outs, pullback, body, n_carry):
     lo, hi = lower.atom.value, upper.atom.value
     length = hi - lo if is_symbolic(hi - lo) else max(int(hi - lo), 0)
     carry, captured = list(rest[:n_carry]), list(rest[n_carry:])
-    fc, fcap = _floats(carry), _floats(captured)
-    index = lower.type
+
+    def run(i, c, cap):
+        return call_region(body, [i, *c, *cap])
 
     def step(state, _):
         i, c = state
-        return (add.bind(i, np.ones((), index.dtype)), tuple(call_region(body, [i, *c, *captured]))), c
-    _, stacked = scan(step, (lower, tuple(carry)), None, length=length)
+        return (add.bind(i, np.ones((), lower.dtype)), tuple(run(i, c, captured))), (i, c)
+    _, (index, stacked) = scan(step, (lower, tuple(carry)), None, length=length)
+    g_c, g_cap = _carries_back(pullback, run, cts, outs, carry, captured, stacked, index)
+    return [None, None, *g_c, *g_cap]
 
-    def back(state, c_t):
-        i, ct_c, ct_cap = state
-        i = sub.bind(i, np.ones((), index.dtype))
+
+def _carries_back(pullback, run, cts, outs, carry: list, captured: list, stacked, extras):
+    """The cotangents of a loop's initial carry and of the values its body captured (None
+    where not a float), from every step's starting carry ``stacked`` and ``extras`` (a
+    per-step array: the loop index): a scan backwards over the steps, each taking the carry's
+    cotangent through the pullback of ``run(extra, carry, captured)`` (the next carry) and
+    summing the captured values' cotangents.  (``pullback(fun, primals, cts)``: the
+    primals' cotangents.)"""
+    fc, fcap = _floats(carry), _floats(captured)
+
+    def back(state, step):
+        ct_c, ct_cap = state
+        extra, c_t = step
 
         def one_step(*floats):
-            new = call_region(body, [i, *_with(c_t, fc, floats[:len(fc)]),
-                                     *_with(captured, fcap, floats[len(fc):])])
+            new = run(extra, _with(c_t, fc, floats[:len(fc)]), _with(captured, fcap, floats[len(fc):]))
             return [new[k] for k in fc]
         got = pullback(one_step, [c_t[k] for k in fc] + [captured[k] for k in fcap], list(ct_c))
-        summed = tuple(add.bind(a, g) for a, g in zip(ct_cap, got[len(fc):]))
-        return (i, tuple(got[:len(fc)]), summed), None
-    ct_c = tuple(c if c is not None else _zeros(o) for c, o in ((cts[k], outs[k]) for k in fc))
-    ct_cap = tuple(_zeros(captured[k]) for k in fcap)
-    (_, g_c, g_cap), _ = scan(back, (upper, ct_c, ct_cap), stacked, reverse=True)
-    grads = [None, None] + [None] * len(carry) + [None] * len(captured)
-    for k, g in zip(fc, g_c):
-        grads[2 + k] = g
-    for k, g in zip(fcap, g_cap):
-        grads[2 + n_carry + k] = g
-    return grads
-
-
-def _zeros(x: Tracer) -> Tracer:
-    from .ad_util import zeros_like
-    return zeros_like(x)
+        return (tuple(got[:len(fc)]), tuple(add.bind(s, g) for s, g in zip(ct_cap, got[len(fc):]))), None
+    ct_c = tuple(cts[k] if cts[k] is not None else zeros_like(outs[k]) for k in fc)
+    ct_cap = tuple(zeros_like(captured[k]) for k in fcap)
+    (g_c, g_cap), _ = scan(back, (ct_c, ct_cap), (extras, stacked), reverse=True)
+    return _with([None] * len(carry), fc, g_c), _with([None] * len(captured), fcap, g_cap)
 
 
 def _floats(values: Sequence) -> list[int]:
@@ -366,10 +367,10 @@ def _scan_vjp(cts, *ins, outs, pullback, body, n_carry, n_xs, length, reverse):
     step starts from, then a scan in the other direction takes the cotangents of the carry
     and of that step's ``y`` back through the body, giving the step's ``xs`` cotangents
     (stacked) and summing those of the values the body captured."""
-    from .elementwise import add
     carry, xs, captured = list(ins[:n_carry]), list(ins[n_carry:n_carry + n_xs]), list(ins[n_carry + n_xs:])
     ys = outs[n_carry:]
     fc, fx, fcap, fy = _floats(carry), _floats(xs), _floats(captured), _floats(ys)
+    a, b = len(fc), len(fc) + len(fx)          # the carry's, the xs' and the captured floats
 
     def step(c, x_t):                     # (x_t is None where the scan has no xs)
         return tuple(call_region(body, [*(x_t or ()), *c, *captured])[:n_carry]), c
@@ -380,61 +381,38 @@ def _scan_vjp(cts, *ins, outs, pullback, body, n_carry, n_xs, length, reverse):
         c_t, x_t, ct_y = inp
 
         def one_step(*floats):
-            a, b = len(fc), len(fc) + len(fx)
             res = call_region(body, [*_with(x_t, fx, floats[a:b]), *_with(c_t, fc, floats[:a]),
                                      *_with(captured, fcap, floats[b:])])
             return [res[k] for k in fc] + [res[n_carry + j] for j in fy]
         got = pullback(one_step, [c_t[k] for k in fc] + [x_t[k] for k in fx] + [captured[k] for k in fcap],
                        list(ct_c) + list(ct_y))
-        a, b = len(fc), len(fc) + len(fx)
         return (tuple(got[:a]), tuple(add.bind(s, g) for s, g in zip(ct_cap, got[b:]))), tuple(got[a:b])
-    ct_c = tuple(cts[k] if cts[k] is not None else _zeros(outs[k]) for k in fc)
-    ct_y = tuple(cts[n_carry + j] if cts[n_carry + j] is not None else _zeros(ys[j]) for j in fy)
-    ct_cap = tuple(_zeros(captured[k]) for k in fcap)
+    ct_c = tuple(cts[k] if cts[k] is not None else zeros_like(outs[k]) for k in fc)
+    ct_y = tuple(cts[n_carry + j] if cts[n_carry + j] is not None else zeros_like(ys[j]) for j in fy)
+    ct_cap = tuple(zeros_like(captured[k]) for k in fcap)
     (g_c, g_cap), g_x = scan(back, (ct_c, ct_cap), (stacked, tuple(xs), ct_y), length=length,
                              reverse=not reverse)
-    grads = [None] * len(ins)
-    for k, g in zip(fc, g_c):
-        grads[k] = g
-    for k, g in zip(fx, g_x):
-        grads[n_carry + k] = g
-    for k, g in zip(fcap, g_cap):
-        grads[n_carry + n_xs + k] = g
-    return grads
+    return [*_with([None] * n_carry, fc, g_c), *_with([None] * n_xs, fx, g_x),
+            *_with([None] * len(captured), fcap, g_cap)]
 
 
 def _while_vjp(cts, *ins, outs, pullback, cond, body, n_carry, n_cond_consts):
     """while_loop's reverse mode (JAX has none): the loop runs again counting its trip count
     ``N``, an array of ``N`` indices gives the stacked carries a run-time length, and the
-    carries are stored and taken back through the body as a fori_loop's are."""
-    from .elementwise import add
-    from .indexing import iota_count
+    steps' pullbacks run backwards as a fori_loop's do (``_carries_back``)."""
     carry = list(ins[:n_carry])
     consts, captured = list(ins[n_carry:n_carry + n_cond_consts]), list(ins[n_carry + n_cond_consts:])
-    fc, fcap = _floats(carry), _floats(captured)
+
+    def run(_, c, cap):
+        return call_region(body, [*c, *cap])
     one = np.ones((), np.int64)
     _, trips = while_loop(lambda s: call_region(cond, [*s[0], *consts])[0],
-                          lambda s: (tuple(call_region(body, [*s[0], *captured])), add.bind(s[1], one)),
+                          lambda s: (tuple(run(None, s[0], captured)), add.bind(s[1], one)),
                           (tuple(carry), np.zeros((), np.int64)))
     steps = iota_count(trips)
-    _, stacked = scan(lambda c, _: (tuple(call_region(body, [*c, *captured])), c), tuple(carry), steps)
-
-    def back(state, c_t):
-        ct_c, ct_cap = state
-
-        def one_step(*floats):
-            new = call_region(body, [*_with(c_t, fc, floats[:len(fc)]), *_with(captured, fcap, floats[len(fc):])])
-            return [new[k] for k in fc]
-        got = pullback(one_step, [c_t[k] for k in fc] + [captured[k] for k in fcap], list(ct_c))
-        return (tuple(got[:len(fc)]), tuple(add.bind(s, g) for s, g in zip(ct_cap, got[len(fc):]))), None
-    ct_c = tuple(cts[k] if cts[k] is not None else _zeros(outs[k]) for k in fc)
-    (g_c, g_cap), _ = scan(back, (ct_c, tuple(_zeros(captured[k]) for k in fcap)), stacked, reverse=True)
-    grads = [None] * len(ins)
-    for k, g in zip(fc, g_c):
-        grads[k] = g
-    for k, g in zip(fcap, g_cap):
-        grads[n_carry + n_cond_consts + k] = g
-    return grads
+    _, stacked = scan(lambda c, _: (tuple(run(None, c, captured)), c), tuple(carry), steps)
+    g_c, g_cap = _carries_back(pullback, run, cts, outs, carry, captured, stacked, steps)
+    return [*g_c, *([None] * n_cond_consts), *g_cap]
 
 
 # the loops' rules take every output's cotangent at once (``cts``)
@@ -586,7 +564,7 @@ def _cond_vjp(cts, index, *rest, outs, pullback, branches, n_operands, capture_s
     the values it captured (zeros for the other branches' captures)."""
     ops, caps = list(rest[:n_operands]), list(rest[n_operands:])
     fo, fcap, fy = _floats(ops), _floats(caps), _floats(outs)
-    ct_y = [cts[j] if cts[j] is not None else _zeros(outs[j]) for j in fy]
+    ct_y = [cts[j] if cts[j] is not None else zeros_like(outs[j]) for j in fy]
 
     def pullback_of(k: int):
         lo, hi = capture_spans[k]
@@ -599,15 +577,10 @@ def _cond_vjp(cts, index, *rest, outs, pullback, branches, n_operands, capture_s
                 return [res[j] for j in fy]
             got = pullback(branch, [ops[j] for j in fo] + [caps[c] for c in mine], ct_y)
             by_cap = dict(zip(mine, got[len(fo):]))
-            return tuple(got[:len(fo)]) + tuple(by_cap[c] if c in by_cap else _zeros(caps[c]) for c in fcap)
+            return tuple(got[:len(fo)]) + tuple(by_cap[c] if c in by_cap else zeros_like(caps[c]) for c in fcap)
         return run
     got = switch(index, [pullback_of(k) for k in range(len(branches))])
-    grads = [None] * (1 + len(rest))
-    for j, g in zip(fo, got[:len(fo)]):
-        grads[1 + j] = g
-    for c, g in zip(fcap, got[len(fo):]):
-        grads[1 + n_operands + c] = g
-    return grads
+    return [None, *_with([None] * len(ops), fo, got[:len(fo)]), *_with([None] * len(caps), fcap, got[len(fo):])]
 
 
 cond_p.vjp, cond_p.vjp_all_outputs = _cond_vjp, True

@@ -7,7 +7,7 @@ from ..core import Primitive, Tracer
 from . import ad_util as au
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
-from ..shapes import dim_str
+from ..shapes import dim_str, prod
 
 
 def _reduce_shape(env, x, *, axes):
@@ -132,19 +132,14 @@ def _prod_vjp(ct, x, *, out, axes):
     kept = [k for k in range(len(shape)) if k not in axes]
     perm = tuple(kept) + axes
     moved = au.bind("transpose", x, perm=perm) if perm != tuple(range(len(shape))) else x
-    red = 1
-    for a in axes:
-        red = red * shape[a]
-    flat = au.bind("reshape", moved, new_sizes=tuple(shape[k] for k in kept) + (red,))
+    merged = tuple(shape[k] for k in kept) + (prod(shape[a] for a in axes),)
+    flat = au.bind("reshape", moved, new_sizes=merged)
     last = len(kept)
     others = au.bind("mul", _exclusive_cumprod(flat), _reversed(_exclusive_cumprod(_reversed(flat, last)), last))
     g = au.bind("mul", others, au.bind("reshape", ct, new_sizes=tuple(ct.type.shape) + (1,)))
     g = au.bind("reshape", g, new_sizes=tuple(shape[k] for k in perm))
     if perm != tuple(range(len(shape))):
-        inverse = [0] * len(perm)
-        for k, p in enumerate(perm):
-            inverse[p] = k
-        g = au.bind("transpose", g, perm=tuple(inverse))
+        g = au.bind("transpose", g, perm=au.inverse_permutation(perm))
     return (g,)
 
 

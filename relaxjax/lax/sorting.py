@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core import Primitive
 from ..errors import ShapeError
+from ..shapes import prod
 from . import ad_util as au
 
 
@@ -31,10 +32,7 @@ def _sort_vjp(ct, x, *, out):
     argsort (the order ``sort`` took) says where, and one scatter over the flattened rows
     puts it there (row ``r``'s position ``p`` is ``r * n + p``)."""
     shape = tuple(x.type.shape)
-    n = shape[-1]
-    rows = 1
-    for d in shape[:-1]:
-        rows = rows * d
+    n, rows = shape[-1], prod(shape[:-1])
     perm = au.bind("reshape", argsort.bind(x), new_sizes=(rows, n))
     base = au.bind("iota", shape=(rows, n), dimension=0, dtype=np.dtype("int64"))
     where = au.bind("add", perm, au.bind("mul", base, au.dim_scalar(n, np.int64)))

@@ -148,13 +148,6 @@ iota = Primitive("iota", shape_rule=_iota_shape, dtype_rule=lambda *, shape, dim
 # Reverse-mode rules (``Primitive.vjp``, see ``ad_util``): layout ops move the cotangent back
 # ---------------------------------------------------------------------------------------
 
-def _inverse(perm) -> tuple:
-    inv = [0] * len(perm)
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return tuple(inv)
-
-
 def _slice_vjp(ct, x, *, out, start, size, step):
     """The cotangent in place, zeros around it: a pad for a unit-step slice, the window
     written into zeros (``update_slice``) for a strided one."""
@@ -182,7 +175,7 @@ def _pad_vjp(ct, x, v, *, out, low, high):
 
 
 reshape.vjp = lambda ct, x, *, out, new_sizes: (reshape.bind(ct, new_sizes=tuple(x.type.shape)),)
-transpose.vjp = lambda ct, x, *, out, perm: (transpose.bind(ct, perm=_inverse(perm)),)
+transpose.vjp = lambda ct, x, *, out, perm: (transpose.bind(ct, perm=au.inverse_permutation(perm)),)
 broadcast_to.vjp = lambda ct, x, *, out, shape: (au.unbroadcast(ct, x),)
 slice.vjp = _slice_vjp
 concatenate.vjp = _concatenate_vjp
