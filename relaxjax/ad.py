@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -129,8 +130,8 @@ class _Recording:
 def _pullback(fun: Callable, primals: list, cts: list) -> list:
     """The cotangents of ``primals`` (float tracers) for cotangents ``cts`` of the list
     ``fun(*primals)`` returns: what control-flow rules call on their regions."""
-    rec = _Recording(lambda *p: fun(*p), primals, "grad")
-    return [g for g in rec.backward(list(zip(rec.out, cts)))]
+    rec = _Recording(fun, primals, "grad")
+    return rec.backward(list(zip(rec.out, cts)))
 
 
 def _accumulate(ct: dict, v: Var, c: Tracer) -> None:
@@ -186,10 +187,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
         seeds = []
         for k, (o, c) in enumerate(zip(outs, cts)):
             c = c if isinstance(c, Tracer) else Tracer(rec.ctx, rec.ctx.atom(np.asarray(c, o.dtype)))
-            if c.ndim != o.ndim or c.dtype != o.dtype:
-                raise ValueError(f"vjp_fn: cotangent {k} has type {c.type}; the output has {o.type}")
-            for ax, (cd, od) in enumerate(zip(c.type.shape, o.type.shape)):
-                rec.ctx.env.require_eq(cd, od, f"vjp_fn: cotangent {k} axis {ax} against the output's")
+            _require_like(c, o, f"vjp_fn: cotangent {k}", "the output")
             seeds.append((o, c))
         return tuple(rec.backward(seeds))
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
@@ -216,11 +214,8 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             raise ValueError(f"jvp: tangent {k}'s structure {t_tree} is not its primal's {rec.in_trees[k]}")
         for j, (x, leaf) in enumerate(zip(p, leaves)):
             leaf = leaf if isinstance(leaf, Tracer) else Tracer(rec.ctx, rec.ctx.atom(np.asarray(leaf)))
-            what = f"jvp: tangent {k}" + (f" leaf {j}" if len(leaves) > 1 else "")
-            if leaf.dtype != x.dtype or leaf.ndim != x.ndim:
-                raise ValueError(f"{what} has type {leaf.type}; its primal has {x.type}")
-            for ax, (td, xd) in enumerate(zip(leaf.type.shape, x.type.shape)):
-                rec.ctx.env.require_eq(td, xd, f"{what} axis {ax} against its primal's")
+            _require_like(leaf, x, f"jvp: tangent {k}" + (f" leaf {j}" if len(leaves) > 1 else ""),
+                          "its primal")
             tans.append(leaf)
     floats = [k for k, o in enumerate(outs) if isinstance(o, Tracer) and dt.is_float(o.dtype)]
 
@@ -263,21 +258,17 @@ def _jacobian(fun: Callable, argnums: int, forward: bool) -> Callable:
             raise TypeError("jacfwd/jacrev: the function must return one array")
         out_shape = tuple(int(d) for d in out.shape)
         in_shape = tuple(int(d) for d in x.shape)
-        if forward:
-            cols = []
-            for j in range(int(np.prod(in_shape, dtype=np.int64))):
-                e = np.zeros(int(np.prod(in_shape, dtype=np.int64)), x.dtype)
-                e[j] = 1
-                cols.append(jvp(partial, (x,), (e.reshape(in_shape),))[1])
-            return rnp.stack(cols, axis=-1).reshape(out_shape + in_shape) if cols else \
-                rnp.zeros(out_shape + in_shape, out.dtype)
-        rows = []
-        for i in range(int(np.prod(out_shape, dtype=np.int64))):
-            e = np.zeros(int(np.prod(out_shape, dtype=np.int64)), out.dtype)
-            e[i] = 1
-            rows.append(pull(e.reshape(out_shape))[0])
-        return rnp.stack(rows).reshape(out_shape + in_shape) if rows else \
-            rnp.zeros(out_shape + in_shape, x.dtype)
+        if forward:         # a column per input element: the tangent along its unit vector
+            basis = np.eye(int(np.prod(in_shape, dtype=np.int64)), dtype=x.dtype)
+            parts = [jvp(partial, (x,), (e.reshape(in_shape),))[1] for e in basis]
+            stacked = rnp.stack(parts, axis=-1) if parts else None
+        else:               # a row per output element: the pullback of its unit vector
+            basis = np.eye(int(np.prod(out_shape, dtype=np.int64)), dtype=out.dtype)
+            parts = [pull(e.reshape(out_shape))[0] for e in basis]
+            stacked = rnp.stack(parts) if parts else None
+        if stacked is None:
+            return rnp.zeros(out_shape + in_shape, out.dtype if forward else x.dtype)
+        return stacked.reshape(out_shape + in_shape)
     return _traced_or_jitted(functools.wraps(fun)(transformed))
 
 
@@ -294,15 +285,22 @@ def jacrev(fun: Callable, argnums: int = 0) -> Callable:
 
 
 def _jvp_jitted(fun: Callable, has_aux: bool) -> Callable:
-    """``jvp`` of ``fun`` compiled (cached on ``fun``, so repeated calls trace once)."""
-    cache = _JVP_JITTED.setdefault(has_aux, {})
-    got = cache.get(fun)
+    """``jvp`` of ``fun`` compiled, kept while ``fun`` lives (repeated calls trace once; a
+    function dropped takes its compiled jvp with it).  The compiled function refers to
+    ``fun`` weakly, or the cache would keep it alive; a callable that takes no weak
+    reference (a builtin) is compiled for each call."""
+    try:
+        per_fun = _JVP_JITTED.setdefault(fun, {})
+        ref = weakref.ref(fun)
+    except TypeError:
+        per_fun, ref = {}, (lambda: fun)
+    got = per_fun.get(has_aux)
     if got is None:
-        got = cache[fun] = jit(lambda primals, tangents: jvp(fun, primals, tangents, has_aux=has_aux))
+        got = per_fun[has_aux] = jit(lambda primals, tangents: jvp(ref(), primals, tangents, has_aux=has_aux))
     return got
 
 
-_JVP_JITTED: dict = {}
+_JVP_JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # fun -> {has_aux: jitted}
 
 
 def stop_gradient(x):
@@ -386,8 +384,8 @@ class _CustomCall:
         self.waiting.discard(k)
         if self.waiting:
             return []
-        cts = [self.cts.get(k) if k in self.cts else
-               (zeros_like(o) if isinstance(o, Tracer) else np.zeros_like(o)) for k, o in enumerate(self.outs)]
+        cts = [self.cts[j] if j in self.cts else zeros_like(o) if isinstance(o, Tracer) else np.zeros_like(o)
+               for j, o in enumerate(self.outs)]
         nondiff = [self.args[n] for n in self.fn.nondiff]
         got = self.fn.bwd(*nondiff, self.residuals, optree.tree_unflatten(self.tree, cts))
         diff = [a for n, a in enumerate(self.args) if n not in self.fn.nondiff]
@@ -415,6 +413,15 @@ class _CustomCall:
                         c = PRIMITIVES["convert"].bind(c, dtype=x.dtype, weak=False)
                     pairs.append((x.atom, c))
         return pairs
+
+
+def _require_like(v: Tracer, like: Tracer, what: str, whose: str) -> None:
+    """``v`` (a tangent or a cotangent) has ``like``'s dtype, rank and dims (proved, or
+    guarded in automatic mode), else an error naming ``what`` and ``whose`` value it is for."""
+    if v.ndim != like.ndim or v.dtype != like.dtype:
+        raise ValueError(f"{what} has type {v.type}; {whose} has {like.type}")
+    for ax, (a, b) in enumerate(zip(v.type.shape, like.type.shape)):
+        like.ctx.env.require_eq(a, b, f"{what} axis {ax} against {whose}'s")
 
 
 def _split_aux(out):
