@@ -37,14 +37,20 @@ GEMM_T = {(np.dtype(d), form): f"blas.{letter}gemm_{form}"
           for d, letter in (("float32", "s"), ("float64", "d")) for form in ("nt", "tn", "tt")}
 
 
+def swaps_last_two_axes(b: Binding) -> bool:
+    """Whether ``b`` is a transpose of the last two axes (what gemm's flags read)."""
+    if b.kind != "primitive" or b.callee.name != "transpose":
+        return False
+    n = len(b.params["perm"])
+    return n >= 2 and tuple(b.params["perm"]) == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
 def _transpose_of(defs: dict, v) -> Var | None:
     """The value ``v`` is ``v``'s last two axes swapped of, if ``defs`` says it is one."""
     t = defs.get(v)
-    if t is None or t.kind != "primitive" or t.callee.name != "transpose" or \
-            not isinstance(t.args[0], Var):
+    if t is None or not swaps_last_two_axes(t) or not isinstance(t.args[0], Var):
         return None
-    n = len(t.params["perm"])
-    return t.args[0] if tuple(t.params["perm"]) == tuple(range(n - 2)) + (n - 1, n - 2) else None
+    return t.args[0]
 
 
 def gram_operand(mm: Binding, args: list, defs: dict) -> tuple[Var, str] | None:

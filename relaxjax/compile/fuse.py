@@ -28,7 +28,7 @@ from ..ir import Binding, Function, IRModule, Var
 from ..shapes import ShapeEnv, prod
 from ..tir.analysis import classify_primfunc
 from .fuse_tir import FusionError, fused_primfunc
-from .blas_calls import SYRK
+from .blas_calls import SYRK, swaps_last_two_axes
 from .lowering import BLAS
 from .passes import Pass
 from .value_ranges import ValueRanges
@@ -247,10 +247,7 @@ class _Fuser:
         goes with dead-code elimination.  Fused into its producer's program it became a
         second, transposed output that the program wrote element by element (a gradient's
         ``h.T @ ct``: 4x slower than the step it belonged to)."""
-        if b.kind != "primitive" or b.callee.name != "transpose":
-            return False
-        n = len(b.params["perm"])
-        if n < 2 or tuple(b.params["perm"]) != tuple(range(n - 2)) + (n - 1, n - 2):
+        if not swaps_last_two_axes(b):
             return False
         users = self.uses.get(b.outvars[0], [])
         return bool(users) and all(
