@@ -25,10 +25,11 @@ through one pass over the rows:
 
 so a row's ``WIDTH`` contiguous elements are read together and added as one vector (LLVM's
 SLP vectorizer), each column of a whole block summing its rows in order (the sequential
-sum, bit for bit).  It applies where the kept loop's body is accumulators, one reduction loop over
-statements that only assign them, then statements that store or assign, and a load in the
-reduction reads the kept variable in its last index while the reduction variable indexes
-another axis.
+sum, bit for bit).  Loops over the rows that write an elementwise output fused with the
+reduction become one loop too, writing a block of a row at a time.  It applies where the
+kept loop's body is straight-line statements and loops over straight-line statements
+whose bounds do not depend on the column, one of them a reduction that reads the kept
+variable in a load's last index and its own variable in another.
 """
 from __future__ import annotations
 
@@ -43,16 +44,24 @@ WIDTH = 16
 
 def block_column_reductions(f: PrimFunc) -> PrimFunc:
     """``f`` with each column reduction blocked (see above); ``f`` itself when none is."""
-    taken = set(f.dim_vars) | {b.name for b in f.params}
-    for x in walk_stmts(f.body):
-        taken |= {e.name for ex in stmt_exprs(x) for e in walk_expr(ex) if isinstance(e, Var)}
-        if isinstance(x, (For, Local, Assign)):
-            taken.add(x.var.name)
+    found: list = []
+
+    def taken() -> set:
+        """The names ``f`` uses (for fresh ones), gathered when a block first needs them:
+        most programs have no column reduction, and every kernel passes through here."""
+        if not found:
+            names = set(f.dim_vars) | {b.name for b in f.params}
+            for x in walk_stmts(f.body):
+                names |= {e.name for ex in stmt_exprs(x) for e in walk_expr(ex) if isinstance(e, Var)}
+                if isinstance(x, (For, Local, Assign)):
+                    names.add(x.var.name)
+            found.append(names)
+        return found[0]
     body = _rewrite(f.body, taken)
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
-def _rewrite(s, taken: set):
+def _rewrite(s, taken):
     if isinstance(s, Seq):
         new = [_rewrite(x, taken) for x in s.stmts]
         return s if all(a is b for a, b in zip(new, s.stmts)) else Seq(new)
@@ -105,7 +114,8 @@ def _column_reduction(loop: For):
     return stmts if strided else None
 
 
-def _blocked(loop: For, stmts: list, taken: set) -> For:
+def _blocked(loop: For, stmts: list, names) -> For:
+    taken = names()
     ib = fresh(loop.var.name + "b", taken)
     first = op("mul", ib, Const(WIDTH, INDEX))
     lanes = []
@@ -138,12 +148,8 @@ def _blocked(loop: For, stmts: list, taken: set) -> For:
 
 def _substitute(s, sub, renames: dict):
     """``s`` with expressions mapped by ``sub`` and assigned/declared locals renamed."""
-    s = map_stmt_exprs(s, lambda e: _map(e, sub))
+    s = map_stmt_exprs(s, lambda e: map_expr(e, sub))
     return _rename_targets(s, renames)
-
-
-def _map(e, sub):
-    return map_expr(e, sub)
 
 
 def _rename_targets(s, renames: dict):
