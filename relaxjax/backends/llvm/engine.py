@@ -115,15 +115,9 @@ def prepare_process() -> None:
     if not target.libgomp():
         set_num_threads(1)
     else:
-        blas_threads.install(target.blas_threads_setter(), *target.blas_threads(), _callback_module)
+        blas_threads.install(target.blas_threads_setter(), *target.blas_threads(),
+                             lambda text, names: compile_llvm(text, names, native=generated_products()))
     _runtime_symbols()
-
-
-def _callback_module(text: str, entry_names: list):
-    """A module of process-lifetime helpers: a shared library through the cache, else MCJIT."""
-    if generated_products():
-        return SharedModule(text, entry_names, exports=False)
-    return CompiledModule(text, entry_names)
 
 
 def _runtime_library() -> None:
