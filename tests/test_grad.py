@@ -54,13 +54,29 @@ UNARY = {
 }
 
 
+def unary_input(name: str, shape: tuple, rng) -> np.ndarray:
+    """An input inside UNARY[name]'s domain (both signs for abs, none at its kink)."""
+    _, lo, hi = UNARY[name]
+    return rng.uniform(lo, hi, shape) * (np.sign(rng.uniform(-1, 1, shape)) if name == "abs" else 1)
+
+
+def binary_shapes(m: int, n: int, layout: str) -> tuple:
+    """Operand shapes broadcasting as ``layout`` says: same, a column against a row, a scalar."""
+    return {"same": ((m, n), (m, n)), "col_row": ((m, 1), (n,)), "scalar": ((m, n), ())}[layout]
+
+
+def distinct_values(shape: tuple, rng) -> np.ndarray:
+    """Float values of ``shape`` with no two equal (no ties for max, min, sort)."""
+    return rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0
+
+
 @given(shape=st.lists(DIMS, min_size=0, max_size=3).map(tuple), name=st.sampled_from(sorted(UNARY)),
        seed=st.integers(0, 99))
 @settings(max_examples=40, deadline=None)
 def test_unary_functions(shape, name, seed):
-    fn, lo, hi = UNARY[name]
+    fn = UNARY[name][0]
     rng = np.random.default_rng(seed)
-    x = rng.uniform(lo, hi, shape) * (np.sign(rng.uniform(-1, 1, shape)) if name == "abs" else 1)
+    x = unary_input(name, shape, rng)
     r = rng.standard_normal(shape)
     check(lambda x, r: np.sum(fn(x) * r), (x, r))
 
@@ -74,7 +90,7 @@ BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divi
 @settings(max_examples=40, deadline=None)
 def test_binary_functions_with_broadcasting(m, n, name, layout, seed):
     rng = np.random.default_rng(seed)
-    sx, sy = {"same": ((m, n), (m, n)), "col_row": ((m, 1), (n,)), "scalar": ((m, n), ())}[layout]
+    sx, sy = binary_shapes(m, n, layout)
     x, y = rng.uniform(0.5, 2, sx), rng.uniform(0.5, 2, sy)
     fn = BINARY[name]
     r = rng.standard_normal(np.broadcast_shapes(sx, sy))
@@ -87,7 +103,7 @@ def test_binary_functions_with_broadcasting(m, n, name, layout, seed):
 def test_reductions(shape, data, name):
     axis = data.draw(st.sampled_from([None] + list(range(len(shape)))))
     rng = np.random.default_rng(sum(shape))
-    x = rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0  # no ties
+    x = distinct_values(shape, rng)
     fn = getattr(np, name)
     r = rng.standard_normal(np.shape(fn(x, axis=axis)))
     check(lambda x, r: np.sum(fn(x, axis=axis) * r), (x, r))
@@ -125,7 +141,7 @@ def test_prod_with_zeros(shape, data, zeros):
 def test_sort(shape, data):
     axis = data.draw(st.sampled_from(list(range(len(shape)))))
     rng = np.random.default_rng(sum(shape))
-    x = rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0  # no ties
+    x = distinct_values(shape, rng)
     w = rng.standard_normal(shape)
     check(lambda x, w: np.sum(np.sort(x, axis=axis) * w), (x, w))
 

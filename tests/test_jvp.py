@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import relaxjax as rj
 
 from helpers import BACKENDS, SMALL_SIZES
-from test_grad import BINARY, DIMS, UNARY
+from test_grad import BINARY, DIMS, UNARY, binary_shapes, distinct_values, unary_input
 
 
 def directional(f, primals, tangents, eps=1e-6):
@@ -36,10 +36,9 @@ def check(f, primals, tangents, rtol=1e-5, atol=1e-6):
        seed=st.integers(0, 99))
 @settings(max_examples=25, deadline=None)
 def test_unary_functions(shape, name, seed):
-    fn, lo, hi = UNARY[name]
     rng = np.random.default_rng(seed)
-    x = rng.uniform(lo, hi, shape) * (np.sign(rng.uniform(-1, 1, shape)) if name == "abs" else 1)
-    check(fn, (x,), (rng.standard_normal(shape),))
+    x = unary_input(name, shape, rng)
+    check(UNARY[name][0], (x,), (rng.standard_normal(shape),))
 
 
 @given(m=DIMS, n=DIMS, name=st.sampled_from(sorted(BINARY)), layout=st.sampled_from(["same", "col_row", "scalar"]),
@@ -47,7 +46,7 @@ def test_unary_functions(shape, name, seed):
 @settings(max_examples=25, deadline=None)
 def test_binary_functions_with_broadcasting(m, n, name, layout, seed):
     rng = np.random.default_rng(seed)
-    sx, sy = {"same": ((m, n), (m, n)), "col_row": ((m, 1), (n,)), "scalar": ((m, n), ())}[layout]
+    sx, sy = binary_shapes(m, n, layout)
     x, y = rng.uniform(0.5, 2, sx), rng.uniform(0.5, 2, sy)
     check(BINARY[name], (x, y), (rng.standard_normal(sx), rng.standard_normal(sy)))
 
@@ -58,7 +57,7 @@ def test_binary_functions_with_broadcasting(m, n, name, layout, seed):
 def test_reductions(shape, data, name):
     axis = data.draw(st.sampled_from([None] + list(range(len(shape)))))
     rng = np.random.default_rng(sum(shape))
-    x = rng.permutation(np.arange(np.prod(shape), dtype=float)).reshape(shape) / 7.0  # no ties
+    x = distinct_values(shape, rng)
     check(lambda x: getattr(np, name)(x, axis=axis), (x,), (rng.standard_normal(shape),))
 
 
