@@ -69,6 +69,13 @@ def numpy_step(p, x, t):
     return loss, [W - LR * g for W, g in zip((W1, b1, W2, b2), (gW1, gb1, gW2, gb2))]
 
 
+def loss_fn(xp, p, x, t):          # the block's loss, for every peer's array module xp
+    W1, b1, W2, b2 = p
+    a = x @ W1 + b1
+    h = 0.5 * a * (1.0 + xp.tanh(C * (a + 0.044715 * a * a * a)))
+    return xp.mean((h @ W2 + b2 - t) ** 2)
+
+
 def data(n, seed):
     r = np.random.default_rng(seed)
     return r.standard_normal((n, D_IN)).astype(np.float32), r.standard_normal((n, D_IN)).astype(np.float32)
@@ -79,15 +86,9 @@ if PEER == "relaxjax":
     from relaxjax.backends.llvm import set_num_threads
     set_num_threads(THREADS)
 
-    def loss_fn(p, x, t):
-        W1, b1, W2, b2 = p
-        a = x @ W1 + b1
-        h = 0.5 * a * (1.0 + rnp.tanh(C * (a + 0.044715 * a * a * a)))
-        return rnp.mean((h @ W2 + b2 - t) ** 2)
-
     @rj.jit
     def step(p, x, t):
-        l, g = rj.value_and_grad(loss_fn)(p, x, t)
+        l, g = rj.value_and_grad(lambda p, x, t: loss_fn(rnp, p, x, t))(p, x, t)
         return tuple(w - LR * gw for w, gw in zip(p, g)), l
     state = tuple(P0)
     run = lambda p, x, t: step(p, x, t)
@@ -96,15 +97,9 @@ if PEER == "relaxjax":
 elif PEER == "jax":
     import jax, jax.numpy as jnp
 
-    def loss_fn(p, x, t):
-        W1, b1, W2, b2 = p
-        a = x @ W1 + b1
-        h = 0.5 * a * (1.0 + jnp.tanh(C * (a + 0.044715 * a * a * a)))
-        return jnp.mean((h @ W2 + b2 - t) ** 2)
-
     @jax.jit
     def step(p, x, t):
-        l, g = jax.value_and_grad(loss_fn)(p, x, t)
+        l, g = jax.value_and_grad(lambda p, x, t: loss_fn(jnp, p, x, t))(p, x, t)
         return tuple(w - LR * gw for w, gw in zip(p, g)), l
     state = tuple(jnp.asarray(a) for a in P0)
     run = lambda p, x, t: step(p, jnp.asarray(x), jnp.asarray(t))
@@ -114,11 +109,9 @@ else:
     import torch
     torch.set_num_threads(THREADS)
 
-    def loss_fn(W1, b1, W2, b2, x, t):
-        a = x @ W1 + b1
-        h = 0.5 * a * (1.0 + torch.tanh(C * (a + 0.044715 * a * a * a)))
-        return torch.mean((h @ W2 + b2 - t) ** 2)
-    f = torch.compile(loss_fn) if PEER == "torch.compile" else loss_fn
+    def torch_loss(W1, b1, W2, b2, x, t):
+        return loss_fn(torch, (W1, b1, W2, b2), x, t)
+    f = torch.compile(torch_loss) if PEER == "torch.compile" else torch_loss
 
     def run(p, x, t):
         ps = [w.detach().requires_grad_(True) for w in p]
