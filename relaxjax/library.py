@@ -42,7 +42,7 @@ import numpy as np
 
 from . import dtypes as dt
 
-__all__ = ["register_library", "lookup", "registered_libraries", "LibraryFunc",
+__all__ = ["register_library", "lookup", "registered_libraries", "LibraryFunc", "attention_name",
            "LibraryImpl", "lazy", "NATIVE_SIGNATURE"]
 
 RJ_LIBRARY_ABI = ("int32_t f(void *const *data, const int64_t *shapes, const int64_t *ndims, "
@@ -384,3 +384,47 @@ register_library("sort", cpu=_sort_numpy, cuda=_sort_cuda, num_inputs=1, num_out
                  out_dtypes=lambda d: [d])
 register_library("argsort", cpu=_argsort_numpy, cuda=_argsort_cuda, num_inputs=1, num_outputs=1,
                  out_dtypes=lambda d: [np.dtype("int64")])
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in registrations: attention without the score matrix (relaxjax.nn.dot_product_attention
+# and the compile.attention rewrite call these)
+# ---------------------------------------------------------------------------------------------
+
+def attention_name(dtype, causal: bool) -> str:
+    """The library function computing ``softmax(q k^T * scale [causal]) v`` on ``dtype``
+    (float32 or float64): inputs q (B, T, N, H), k (B, S, K, H), v (B, S, K, Hv) with K
+    dividing N, a 0-d scale; output (B, T, N, Hv).  Causal: key j <= query i."""
+    return f"nn.attention{'_causal' if causal else ''}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+
+
+def _attention(xp_name: str, causal: bool):
+    """The reference (NumPy) or CuPy implementation: the scores per head, formed in full."""
+    def run(q, k, v, scale, out):
+        xp = np if xp_name == "numpy" else importlib.import_module(xp_name)
+        B, T, N, H = q.shape
+        S, K, Hv = k.shape[1], k.shape[2], v.shape[3]
+        if out.size == 0:
+            return
+        if S == 0:                     # an empty sum: zeros, as NumPy's matmul gives
+            out[...] = 0
+            return
+        g = N // K                     # query head n reads key/value head n // g
+        qh = q.reshape(B, T, K, g, H).transpose(0, 2, 3, 1, 4)              # (B, K, g, T, H)
+        logits = xp.matmul(qh, k.transpose(0, 2, 3, 1)[:, :, None]) * scale[()]   # (B, K, g, T, S)
+        if causal:
+            logits = xp.where(xp.tril(xp.ones((T, S), dtype=bool)), logits, -xp.inf)
+        logits = xp.exp(logits - logits.max(axis=-1, keepdims=True))
+        logits /= logits.sum(axis=-1, keepdims=True)
+        o = xp.matmul(logits, v.transpose(0, 2, 1, 3)[:, :, None])          # (B, K, g, T, Hv)
+        out[...] = o.transpose(0, 3, 1, 2, 4).reshape(B, T, N, Hv)
+    return run
+
+
+for _c in (False, True):
+    for _d in ("float32", "float64"):
+        register_library(attention_name(_d, _c),
+                         cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}{'_causal' if _c else ''}"),
+                         numpy=_attention("numpy", _c), cuda=_attention("cupy", _c),
+                         num_inputs=4, num_outputs=1, out_dtypes=[_d])
+del _c, _d

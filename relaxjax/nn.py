@@ -7,7 +7,12 @@ import numpy as np
 
 from . import numpy as rnp
 from . import lax
-from .numpy._base import arr, cast, dtype_of
+from .ad import custom_vjp, vjp
+from .frontend import call_library
+from .library import attention_name
+from .numpy._base import arr, cast, dtype_of, env, shape
+from .shapes import prod, wrap_dim
+from .structs import ShapeDtypeStruct
 
 
 def relu(x):
@@ -110,8 +115,12 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     added to the logits and ``mask`` (True: attend) selects them, both broadcast to
     ``(..., N, T, S)``; ``is_causal`` keeps key ``j <= i`` for query ``i``; ``scale``
     defaults to ``1 / sqrt(H)``.  A fully masked row gets uniform weights (JAX's large
-    negative logit, not -inf).  Returns ``(..., T, N, H)``.  The scores are formed in full
-    (``T x S`` per head); a schedule that never builds them is issue 19's next step."""
+    negative logit, not -inf).  Returns ``(..., T, N, H)``.
+
+    Without ``bias`` and ``mask``, on float32 or float64, it is one library call
+    (``library.attention_name``) that never forms the ``T x S`` scores: on the CPU a
+    blocked kernel with an online softmax (``backends/llvm/attention.py``); its gradient
+    recomputes the scores.  Otherwise the scores are formed in full."""
     q, k, v = arr(query), arr(key), arr(value)
     if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"dot_product_attention: query, key and value need the same rank >= 3 "
@@ -122,6 +131,55 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
                          f"dividing it (key has {kv_heads}, value {int(v.shape[-2])})")
     if scale is None:
         scale = 1.0 / math.sqrt(int(q.shape[-1]))
+    dtype = np.dtype(rnp.result_type(q, k, v))
+    if bias is None and mask is None and dtype in (np.float32, np.float64) \
+            and isinstance(scale, (int, float, np.number)):
+        q, k, v = (cast(t, dtype) for t in (q, k, v))
+        _same_layout(q, k, v)
+        return _attention_call(q, k, v, float(scale), bool(is_causal))
+    return _attention_scores(q, k, v, bias, mask, scale, is_causal)
+
+
+def _same_layout(q, k, v) -> None:
+    """The shape relations the library call needs: batch dims equal, the key's head size
+    the query's, as many values as keys."""
+    e = env()
+    sq, sk, sv = shape(q), shape(k), shape(v)
+    for a, (dq, dk, dv) in enumerate(zip(sq[:-3], sk[:-3], sv[:-3])):
+        e.require_eq(dq, dk, f"dot_product_attention: batch axis {a} of query and key")
+        e.require_eq(dq, dv, f"dot_product_attention: batch axis {a} of query and value")
+    e.require_eq(sq[-1], sk[-1], "dot_product_attention: head size (axis -1) of query and key")
+    e.require_eq(sk[-3], sv[-3], "dot_product_attention: sequence length (axis -3) of key and value")
+
+
+def _attention_kernel(q, k, v, scale: float, causal: bool):
+    """The library call on rank-4 views (the batch dims merged into one)."""
+    lead = tuple(shape(q)[:-3])
+    batch = prod(lead) if lead else 1
+    q4, k4, v4 = (rnp.reshape(t, (batch,) + tuple(shape(t)[-3:])) for t in (q, k, v))
+    dtype = dtype_of(q)
+    out = call_library(attention_name(dtype, causal), q4, k4, v4, rnp.asarray(scale, dtype=dtype),
+                       out=ShapeDtypeStruct(tuple(wrap_dim(d) for d in shape(q4)[:-1] + (shape(v4)[-1],)), dtype))
+    return rnp.reshape(out, lead + tuple(shape(out)[1:]))
+
+
+def _attention_fwd(q, k, v, scale, causal):
+    return _attention_kernel(q, k, v, scale, causal), (q, k, v)
+
+
+def _attention_bwd(scale, causal, residuals, g):
+    """The gradient through the scores formed in full (recomputed)."""
+    _, pullback = vjp(lambda q, k, v: _attention_scores(q, k, v, None, None, scale, causal), *residuals)
+    return pullback(g)
+
+
+_attention_call = custom_vjp(_attention_kernel, nondiff_argnums=(3, 4))
+_attention_call.defvjp(_attention_fwd, _attention_bwd)
+
+
+def _attention_scores(q, k, v, bias, mask, scale, is_causal: bool):
+    """Attention with its ``T x S`` logits formed per head (bias and masks, any dtype)."""
+    n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
     qh, kh, vh = (rnp.swapaxes(t, -2, -3) for t in (q, k, v))           # (..., heads, seq, H)
     if kv_heads != n_heads:
         kh = rnp.repeat(kh, n_heads // kv_heads, axis=-3)

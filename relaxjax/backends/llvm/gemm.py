@@ -151,19 +151,32 @@ def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
     return masks
 
 
-def _micro_kernel(b: Blocking, name: str) -> str:
-    """``name(kc, ap, bp, bstride, c, ldc, rows, cols, add)``: the MR x NR tile of ``ap``
-    (k-major MR values per k) times ``bp`` (NR values per k, ``bstride`` apart: a packed
-    panel, or B's rows as given) over ``kc >= 1`` steps, stored to the first ``rows`` rows
-    and ``cols`` columns of ``c`` (row stride ``ldc``), added to what is there when
-    ``add``.  B's loads are masked to ``cols``, so an unpacked B is never read past its
-    rows' ends (a packed panel's padding is zeros either way)."""
+def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | None = None) -> str:
+    """``name(kc, ap, bp, bstride, c, ldc, rows, cols, add[, astride])``: the MR x NR tile
+    of A times ``bp`` (NR values per k, ``bstride`` apart: a packed panel, or B's rows as
+    given) over ``kc >= 1`` steps, stored to the first ``rows`` rows and ``cols`` columns
+    of ``c`` (row stride ``ldc``), added to what is there when ``add``.  B's loads are
+    masked to ``cols``, so an unpacked B is never read past its rows' ends (a packed
+    panel's padding is zeros either way).
+
+    ``a_layout`` says where A's element (i, k) is: ``"packed"``, at ``ap[k * MR + i]`` (a
+    packed panel); ``"rows"``, at ``ap[i * astride + k]`` (A's rows as given);
+    ``"columns"``, at ``ap[k * astride + i]`` (A's transpose as given).  An unpacked A's
+    rows from ``rows`` on are read as row ``rows - 1`` (never past the operand's end).
+    ``add`` given: the tile is always added (True) or always written (False), whatever the
+    ``add`` argument says."""
     ty, V, MR, NV = b.ty, b.lanes, b.mr, b.nv
     vt = f"<{V} x {ty}>"
     bits = b.size * 8
+    extra = "" if a_layout == "packed" else ", i64 %astride"
     fn = _Fn(f"define internal void @{name}(i64 %kc, ptr noalias %ap, ptr noalias %bp, i64 %bstride, "
-             f"ptr noalias %c, i64 %ldc, i64 %rows, i64 %cols, i1 %add) #1")
+             f"ptr noalias %c, i64 %ldc, i64 %rows, i64 %cols, i1 %add{extra}) #1")
     masks = _column_masks(fn, V, NV, "%cols")
+    if a_layout != "packed":          # row i's offset, clamped to the rows there are
+        last = fn.value("sub nsw i64 %rows, 1")
+        a_rows = [fn.value(f"call i64 @llvm.smin.i64(i64 {i}, i64 {last})") for i in range(MR)]
+        if a_layout == "rows":
+            a_rows = [fn.value(f"mul nsw i64 {r}, %astride") for r in a_rows]
     loop, store = "kloop", "store"
     fn.emit(f"br label %{loop}")
     fn.start_block(loop)
@@ -179,10 +192,11 @@ def _micro_kernel(b: Blocking, name: str) -> str:
     for j in range(NV):
         p = fn.value(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
         bvec.append(_masked_load(fn, ty, b.size, V, p, masks[j]))
-    aoff = fn.value(f"mul nsw i64 %k, {MR}")
+    kstep = {"packed": str(MR), "rows": "1", "columns": "%astride"}[a_layout]
+    aoff = fn.value(f"mul nsw i64 %k, {kstep}")
     abase = fn.value(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
     for i in range(MR):
-        p = fn.value(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i}")
+        p = fn.value(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i if a_layout == 'packed' else a_rows[i]}")
         splat = _splat(fn, vt, ty, fn.value(f"load {ty}, ptr {p}"), V)
         for j in range(NV):
             fn.emit(f"{nexts[i][j]} = call {vt} @llvm.fma.v{V}f{bits}({vt} {splat}, {vt} {bvec[j]}, "
@@ -200,9 +214,10 @@ def _micro_kernel(b: Blocking, name: str) -> str:
         rp = fn.value(f"getelementptr inbounds {ty}, ptr %c, i64 {roff}")
         for j in range(NV):
             p = fn.value(f"getelementptr inbounds {ty}, ptr {rp}, i64 {j * V}")
-            old = _masked_load(fn, ty, b.size, V, p, masks[j])
-            summed = fn.value(f"fadd {vt} {nexts[i][j]}, {old}")
-            val = fn.value(f"select i1 %add, {vt} {summed}, {vt} {nexts[i][j]}")
+            val = nexts[i][j]
+            if add is not False:
+                summed = fn.value(f"fadd {vt} {val}, {_masked_load(fn, ty, b.size, V, p, masks[j])}")
+                val = summed if add else fn.value(f"select i1 %add, {vt} {summed}, {vt} {val}")
             _masked_store(fn, ty, b.size, V, val, p, masks[j])
         fn.emit(f"br label %{nxt}")
         fn.start_block(nxt)
