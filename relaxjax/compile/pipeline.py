@@ -1,6 +1,7 @@
 """The default pass pipeline, the one ``jit`` runs between tracing and the backend."""
 from __future__ import annotations
 
+from .attention import attention_calls
 from .fuse import fuse_ops
 from .legalize import legalize
 from .matvec_pairs import matvec_pairs
@@ -12,11 +13,12 @@ from .split_complex import split_complex
 
 def default_pipeline(lower: bool = True, pointwise_loops_in_cache: bool = False) -> list[Pass]:
     """Split complex values into real parts, canonicalize (fold constants, exact algebraic
-    identities, CSE, shape simplification, DCE), fuse, then (for backends that run
+    identities, CSE, shape simplification, DCE), replace attention written out by the
+    attention library call (``AttentionCalls``), fuse, then (for backends that run
     loop-level programs) pair matrix-vector products of one matrix and lower to call_tir /
     call_library.  ``pointwise_loops_in_cache`` (the LLVM backend asks for it): a
     ``fori_loop`` updating each point from itself runs tile by tile (``PointwiseLoops``)."""
     if not lower:
-        return [split_complex, canonicalize, fuse_ops]
+        return [split_complex, canonicalize, attention_calls, fuse_ops]
     tiles = [pointwise_loops] if pointwise_loops_in_cache else []
-    return [split_complex, canonicalize, matvec_pairs, *tiles, fuse_ops, legalize]
+    return [split_complex, canonicalize, attention_calls, matvec_pairs, *tiles, fuse_ops, legalize]

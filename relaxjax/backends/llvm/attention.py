@@ -37,7 +37,8 @@ from .gemm import (DECLARATIONS as GEMM_DECLARATIONS, Blocking, _Fn as GemmFn, _
                    _masked_store, _micro_kernel, _min, _splat, blocking)
 
 ROW_MAX = 8          # a block of this many queries or fewer runs row by row
-BQ = 96              # queries per block (a multiple of every micro-tile width NR)
+BQ = 48              # queries per block (a multiple of every micro-tile width NR; two
+                     # threads share a sequence of 1024 more evenly in blocks of 48 than of 96)
 BK = {"s": 128, "d": 64}          # keys per block: the scores, BK x BQ, stay in L1/L2
 PARALLEL_MIN_MACS = 1 << 20       # less work than this runs on the calling thread
 # the work item counter and the arguments, in the context the workers share
@@ -133,14 +134,36 @@ class _Vec:
 
     def exp(self, x: str) -> str:
         """e**x for x <= 0 (what a softmax takes): x = n ln2 + r (|r| <= ln2 / 2), e**r by
-        a polynomial, 2**n by the exponent bits; below the smallest normal result, 0 (-inf
-        included); NaN stays NaN."""
+        a polynomial, times 2**n (``vscalef`` on AVX-512, else the exponent's bits); 0 far
+        enough below (-inf included); NaN stays NaN."""
         fn = self.fn
         single = self.ty == "float"
+        V, vt = self.V, self.vt
+        if V * self.size == 64:        # AVX-512: 2**n by vscalef, which gives 0 below 2**-150
+            lo = -103.97 if single else -745.2
+            under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
+            x = fn.value(f"select <{V} x i1> {under}, {vt} {self.const(lo)}, {vt} {x}")
+            n = self.call("rint", self.op("fmul", x, self.const(1.4426950408889634)))
+            p = self._exp_reduced(x, n)
+            kind = "ps" if single else "pd"
+            return fn.value(f"call {vt} @llvm.x86.avx512.mask.scalef.{kind}.512({vt} {p}, {vt} {n}, "
+                            f"{vt} zeroinitializer, i{V} -1, i32 4)")
         lo = -87.33654 if single else -708.3964
         n = self.call("rint", self.op("fmul", self.call("maxnum", x, self.const(lo)),
                                       self.const(1.4426950408889634)))
-        if single:       # ln2 in two parts (Cephes): n * c1 is exact
+        p = self._exp_reduced(x, n)
+        bits, bias, mant = (32, 127, 23) if single else (64, 1023, 52)
+        ivt = self.ivt
+        ni = fn.value(f"fptosi {vt} {n} to {ivt}")
+        e = fn.value(f"shl {ivt} {fn.value(f'add {ivt} {ni}, {_ints(bits, bias, V)}')}, {_ints(bits, mant, V)}")
+        y = self.op("fmul", p, fn.value(f"bitcast {ivt} {e} to {vt}"))
+        under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
+        return fn.value(f"select <{V} x i1> {under}, {vt} zeroinitializer, {vt} {y}")
+
+    def _exp_reduced(self, x: str, n: str) -> str:
+        """e**r for r = x - n ln2 (ln2 in two parts, Cody & Waite; the first's product with
+        n is exact): Cephes' polynomial for float32, Taylor's to r**13 for float64."""
+        if self.ty == "float":
             r = self.fma(n, self.const(-0.693359375), x)
             r = self.fma(n, self.const(2.12194440e-4), r)
             coeffs = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
@@ -149,23 +172,16 @@ class _Vec:
             for c in coeffs[1:]:
                 p = self.fma(p, r, self.const(c))
             p = self.fma(p, self.op("fmul", r, r), r)
-            p = self.op("fadd", p, self.const(1.0))
-        else:
-            r = self.fma(n, self.const(-6.93145751953125e-1), x)
-            r = self.fma(n, self.const(-1.42860682030941723212e-6), r)
-            fact = [1.0]
-            for k in range(1, 14):
-                fact.append(fact[-1] * k)
-            p = self.const(1.0 / fact[13])                     # Taylor to r**13, Horner
-            for k in range(12, -1, -1):
-                p = self.fma(p, r, self.const(1.0 / fact[k]))
-        bits, bias, mant = (32, 127, 23) if single else (64, 1023, 52)
-        ivt, V = self.ivt, self.V
-        ni = fn.value(f"fptosi {self.vt} {n} to {ivt}")
-        e = fn.value(f"shl {ivt} {fn.value(f'add {ivt} {ni}, {_ints(bits, bias, V)}')}, {_ints(bits, mant, V)}")
-        y = self.op("fmul", p, fn.value(f"bitcast {ivt} {e} to {self.vt}"))
-        under = fn.value(f"fcmp olt {self.vt} {x}, {self.const(lo)}")
-        return fn.value(f"select <{V} x i1> {under}, {self.vt} zeroinitializer, {self.vt} {y}")
+            return self.op("fadd", p, self.const(1.0))
+        r = self.fma(n, self.const(-6.93145751953125e-1), x)
+        r = self.fma(n, self.const(-1.42860682030941723212e-6), r)
+        fact = [1.0]
+        for k in range(1, 14):
+            fact.append(fact[-1] * k)
+        p = self.const(1.0 / fact[13])
+        for k in range(12, -1, -1):
+            p = self.fma(p, r, self.const(1.0 / fact[k]))
+        return p
 
 
 def _fp(x: float, single: bool) -> str:
@@ -324,7 +340,10 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
             def rescale(h):
                 p = fn.at(ty, Ot, fn.mul(h, BQ), cv)
                 vec.store(vec.op("fmul", vec.load(p), corr), p)
-            fn.loop("0", a["Hv"], 1, rescale)
+            # no column's maximum moved (the usual case after the first blocks): nothing to do
+            same = fn.value(f"call i1 @llvm.vector.reduce.and.v{V}i1(<{V} x i1> "
+                            f"{fn.value(f'fcmp oeq {vec.vt} {mnew}, {mold}')})")
+            fn.if_(fn.value(f"xor i1 {same}, true"), lambda: fn.loop("0", a["Hv"], 1, rescale))
         fn.loop("0", ncols, V, softmax)
 
         def output(h0):                    # Ot[h0.., :] += V[k0.., h0..]^T @ P
@@ -449,6 +468,9 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
         f"declare {ty} @llvm.vector.reduce.fadd.{sfx}({ty}, {vt})",
         f"declare {ty} @llvm.vector.reduce.fmax.{sfx}({vt})",
         f"declare {ty} @llvm.maxnum.f{size * 8}({ty}, {ty})",
+        f"declare i1 @llvm.vector.reduce.and.v{V}i1(<{V} x i1>)",
+        *([f"declare {vt} @llvm.x86.avx512.mask.scalef.{'ps' if size == 4 else 'pd'}.512({vt}, {vt}, {vt}, i{V}, i32)"]
+          if V * size == 64 else []),
         f"declare {vt} @llvm.fma.{sfx}({vt}, {vt}, {vt})",
         f"declare {vt} @llvm.masked.load.{sfx}.p0(ptr, i32, <{V} x i1>, {vt})",
         f"declare void @llvm.masked.store.{sfx}.p0({vt}, ptr, i32, <{V} x i1>)"}

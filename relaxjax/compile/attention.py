@@ -1,0 +1,160 @@
+"""Attention as users write it, found in the graph and replaced by the attention library
+call (``library.attention_name``), which never forms the scores.
+
+The pattern is scaled dot-product attention with a numerically stable softmax written out
+(or ``nn.softmax``), over any batch dims::
+
+    s = q @ k.swapaxes(-1, -2) * c          # or / c, or no scale; k.T for 2-D
+    e = exp(s - max(s, axis=-1, keepdims=True))
+    out = e / sum(e, axis=-1, keepdims=True) @ v
+
+with ``q`` (..., T, H), ``k`` (..., S, H), ``v`` (..., S, Hv) of one float dtype (float32 or
+float64) and the same batch dims.  ``out`` becomes ``call_library("nn.attention_f32", q',
+k', v', c)`` on rank-4 views of the operands (the batch dims merged, one head) and a view of
+its result; the bindings it made dead (the product, the softmax) go with dead-code
+elimination.  A value of the pattern that something else reads (the weights returned as
+well) is still computed for it.  Masked and biased scores are left as they are.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import PRIMITIVES
+from ..ir import Binding, Function, Literal, TensorType, Var
+from ..library import LibraryFunc, attention_name
+from ..shapes import prod
+from .dce import dce_function
+from .passes import Pass, rewrite_functions
+
+_DTYPES = (np.dtype("float32"), np.dtype("float64"))
+
+
+def _primitive(defs: dict, v, *names: str) -> Binding | None:
+    b = defs.get(v) if isinstance(v, Var) else None
+    if b is None or b.kind != "primitive" or b.callee.name not in names:
+        return None
+    return b
+
+
+def _scalar(a) -> float | None:
+    if isinstance(a, Literal) and a.type.ndim == 0 and np.ndim(a.value) == 0:
+        try:
+            return float(a.value)
+        except TypeError:              # a symbolic dim used as a value
+            return None
+    return None
+
+
+def _row_reduction(defs: dict, v, name: str):
+    """``x`` when ``v`` is ``name`` of ``x`` over its last axis with the axis kept (a
+    reduction and a reshape to (..., 1)), else None."""
+    r = _primitive(defs, v, "reshape")
+    if r is None:
+        return None
+    red = _primitive(defs, r.args[0], name)
+    if red is None or not isinstance(red.args[0], Var):
+        return None
+    x = red.args[0]
+    n = x.type.ndim
+    if tuple(red.params.get("axes", ())) != (n - 1,) or \
+            tuple(r.outvars[0].type.shape) != tuple(x.type.shape[:-1]) + (1,):
+        return None
+    return x
+
+
+def _scaled_scores(defs: dict, s):
+    """``(q, k, scale)`` when ``s`` is ``q @ swapaxes(k, -1, -2)`` times a constant (or
+    divided by one, or as it is), else None."""
+    scale = 1.0
+    b = _primitive(defs, s, "mul", "div")
+    if b is not None:
+        x, y = b.args
+        c = _scalar(y)
+        if b.callee.name == "mul" and c is None:
+            x, c = y, _scalar(x)
+        if c is None or c == 0:
+            return None
+        scale, s = (c if b.callee.name == "mul" else 1.0 / c), x
+    mm = _primitive(defs, s, "matmul")
+    if mm is None:
+        return None
+    q, kt = mm.args
+    t = _primitive(defs, kt, "transpose")
+    if t is None or not isinstance(q, Var) or not isinstance(t.args[0], Var):
+        return None
+    n = kt.type.ndim
+    if n < 2 or tuple(t.params["perm"]) != tuple(range(n - 2)) + (n - 1, n - 2):
+        return None
+    return q, t.args[0], scale
+
+
+def _attention(defs: dict, b: Binding):
+    """``(q, k, v, scale)`` when ``b`` computes attention as the module's docstring shows."""
+    if b.kind != "primitive" or b.callee.name != "matmul":
+        return None
+    p, v = b.args
+    dv = _primitive(defs, p, "div")
+    if dv is None or not isinstance(v, Var):
+        return None
+    e, total = dv.args
+    if _row_reduction(defs, total, "reduce_sum") is not e:
+        return None
+    ex = _primitive(defs, e, "exp")
+    sub = ex and _primitive(defs, ex.args[0], "sub")
+    if sub is None:
+        return None
+    s, most = sub.args
+    if _row_reduction(defs, most, "reduce_max") is not s:
+        return None
+    found = _scaled_scores(defs, s)
+    if found is None:
+        return None
+    q, k, scale = found
+    dtype = b.outvars[0].type.dtype
+    if dtype not in _DTYPES or any(x.type.dtype != dtype for x in (q, k, v)) or q.type.ndim < 2:
+        return None
+    batch = tuple(q.type.shape[:-2])
+    if q.type.ndim != k.type.ndim or q.type.ndim != v.type.ndim or \
+            tuple(k.type.shape[:-2]) != batch or tuple(v.type.shape[:-2]) != batch:
+        return None                    # broadcast batch dims: left to the products
+    return q, k, v, scale
+
+
+def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float) -> list:
+    """The bindings computing ``b``'s result through the attention library call."""
+    reshape = PRIMITIVES["reshape"]
+    dtype = q.type.dtype
+    batch = tuple(q.type.shape[:-2])
+    nb = prod(batch) if batch else 1
+    out: list = []
+
+    def view(x: Var, sizes: tuple) -> Var:
+        y = Var(TensorType(sizes, x.type.dtype))
+        out.append(Binding([y], reshape, [x], {"new_sizes": sizes}, b.source))
+        return y
+    (t, h), (s, hv) = q.type.shape[-2:], v.type.shape[-2:]
+    q4, k4, v4 = view(q, (nb, t, 1, h)), view(k, (nb, s, 1, h)), view(v, (nb, s, 1, hv))
+    o4 = Var(TensorType((nb, t, 1, hv), dtype))
+    c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
+    out.append(Binding([o4], LibraryFunc(attention_name(dtype, False)), [q4, k4, v4, c], {}, b.source))
+    out.append(Binding(b.outvars, reshape, [o4], {"new_sizes": tuple(b.outvars[0].type.shape)}, b.source))
+    return out
+
+
+def _rewrite(f: Function, programs: dict) -> Function:
+    defs = {v: b for b in f.bindings for v in b.outvars}
+    bindings, changed = [], False
+    for b in f.bindings:
+        found = _attention(defs, b)
+        if found is None:
+            bindings.append(b)
+            continue
+        bindings += _library_call(b, *found)
+        changed = True
+    if not changed:
+        return f
+    return dce_function(Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds,
+                                 f.guards, f.attrs))
+
+
+attention_calls = Pass("AttentionCalls", lambda module: rewrite_functions(module, _rewrite))
