@@ -37,9 +37,11 @@ import numpy as np
 import optree
 
 from . import dtypes as dt
+from . import nn
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
 from .jit import jit
+from .library import attention_name
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
@@ -106,7 +108,8 @@ class _Recording:
                     if c is not None and a in self.active:
                         _accumulate(ct, a, c)
                 continue
-            rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else None
+            rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else \
+                LIBRARY_VJPS.get(b.callee.name) if b.kind == "library" else None
             every = getattr(b.callee, "vjp_all_outputs", False)     # a loop: all its carries
             if rule is None or (len(b.outvars) != 1 and not every):
                 raise NotImplementedError(_no_rule(b))
@@ -125,6 +128,20 @@ class _Recording:
             leaves = [g if g is not None else zeros_like(x) for g, x in zip(leaves, copies)]
             grads.append(optree.tree_unflatten(tree, leaves))
         return grads
+
+
+def _attention_vjp(causal: bool):
+    """The rule of the attention library call (``library.attention_name``): the scores
+    recomputed in full (``nn.attention_scores``) and differentiated."""
+    def rule(ct, q, k, v, scale, out):
+        c = float(np.asarray(scale.atom.value))        # a literal: the call's constant scale
+        _, pullback = vjp(lambda q, k, v: nn.attention_scores(q, k, v, None, None, c, causal), q, k, v)
+        return (*pullback(ct), None)
+    return rule
+
+
+# library functions with a derivative rule, by name (the others need rj.custom_vjp)
+LIBRARY_VJPS = {attention_name(d, c): _attention_vjp(c) for d in ("float32", "float64") for c in (False, True)}
 
 
 def _pullback(fun: Callable, primals: list, cts: list) -> list:

@@ -7,7 +7,6 @@ import numpy as np
 
 from . import numpy as rnp
 from . import lax
-from .ad import custom_vjp, vjp
 from .frontend import call_library
 from .library import attention_name
 from .numpy._base import arr, cast, dtype_of, env, shape
@@ -120,7 +119,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     Without ``bias`` and ``mask``, on float32 or float64, it is one library call
     (``library.attention_name``) that never forms the ``T x S`` scores: on the CPU a
     blocked kernel with an online softmax (``backends/llvm/attention.py``); its gradient
-    recomputes the scores.  Otherwise the scores are formed in full."""
+    recomputes the scores (``attention_scores``).  Otherwise the scores are formed in full."""
     q, k, v = arr(query), arr(key), arr(value)
     if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"dot_product_attention: query, key and value need the same rank >= 3 "
@@ -136,8 +135,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
             and isinstance(scale, (int, float, np.number)):
         q, k, v = (cast(t, dtype) for t in (q, k, v))
         _same_layout(q, k, v)
-        return _attention_call(q, k, v, float(scale), bool(is_causal))
-    return _attention_scores(q, k, v, bias, mask, scale, is_causal)
+        return _attention_kernel(q, k, v, float(scale), bool(is_causal))
+    return attention_scores(q, k, v, bias, mask, scale, is_causal)
 
 
 def _same_layout(q, k, v) -> None:
@@ -153,7 +152,8 @@ def _same_layout(q, k, v) -> None:
 
 
 def _attention_kernel(q, k, v, scale: float, causal: bool):
-    """The library call on rank-4 views (the batch dims merged into one)."""
+    """The library call on rank-4 views (the batch dims merged into one); its gradient
+    rule is in ``relaxjax.ad`` (``LIBRARY_VJPS``)."""
     lead = tuple(shape(q)[:-3])
     batch = prod(lead) if lead else 1
     q4, k4, v4 = (rnp.reshape(t, (batch,) + tuple(shape(t)[-3:])) for t in (q, k, v))
@@ -163,22 +163,10 @@ def _attention_kernel(q, k, v, scale: float, causal: bool):
     return rnp.reshape(out, lead + tuple(shape(out)[1:]))
 
 
-def _attention_fwd(q, k, v, scale, causal):
-    return _attention_kernel(q, k, v, scale, causal), (q, k, v)
-
-
-def _attention_bwd(scale, causal, residuals, g):
-    """The gradient through the scores formed in full (recomputed)."""
-    _, pullback = vjp(lambda q, k, v: _attention_scores(q, k, v, None, None, scale, causal), *residuals)
-    return pullback(g)
-
-
-_attention_call = custom_vjp(_attention_kernel, nondiff_argnums=(3, 4))
-_attention_call.defvjp(_attention_fwd, _attention_bwd)
-
-
-def _attention_scores(q, k, v, bias, mask, scale, is_causal: bool):
-    """Attention with its ``T x S`` logits formed per head (bias and masks, any dtype)."""
+def attention_scores(q, k, v, bias, mask, scale, is_causal: bool):
+    """``dot_product_attention`` with its ``T x S`` logits formed per head (bias and masks,
+    any dtype): what runs where the library call does not, and what its gradient
+    differentiates (``ad.LIBRARY_VJPS``)."""
     n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
     qh, kh, vh = (rnp.swapaxes(t, -2, -3) for t in (q, k, v))           # (..., heads, seq, H)
     if kv_heads != n_heads:

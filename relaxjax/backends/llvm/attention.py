@@ -34,7 +34,7 @@ from ...library import loader
 from . import target
 from .engine import compile_llvm, generated_products, prepare_process
 from .gemm import (DECLARATIONS as GEMM_DECLARATIONS, Blocking, _Fn as GemmFn, _masked_load,
-                   _masked_store, _micro_kernel, _min, _splat, blocking)
+                   _masked_store, _micro_kernel, _min, _splat, blocking, team_wanted)
 
 ROW_MAX = 8          # a block of this many queries or fewer runs row by row
 BQ = 48              # queries per block (a multiple of every micro-tile width NR; two
@@ -77,13 +77,6 @@ class _Fn(GemmFn):
             out = self.value(f"add nsw i64 {out}, {x}")
         return out
 
-    def if_(self, cond: str, then) -> None:
-        yes, done = self.label("then"), self.label("endif")
-        self.emit(f"br i1 {cond}, label %{yes}, label %{done}")
-        self.start_block(yes)
-        then()
-        self.emit(f"br label %{done}")
-        self.start_block(done)
 
 
 class _Vec:
@@ -444,11 +437,7 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     macs = fn.mul(dims["B"], dims["N"], dims["T"], dims["S"], fn.add(dims["H"], dims["Hv"]))
     big = fn.value(f"and i1 {fn.value(f'icmp sge i64 {macs}, {PARALLEL_MIN_MACS}')}, "
                    f"{fn.value(f'icmp sgt i64 {items}, 1')}")
-    threads = fn.value("load i32, ptr @rj_num_threads")
-    many = fn.value(f"icmp ne i32 {threads}, 1")
-    until = fn.value("load atomic i64, ptr @rj_serial_until monotonic, align 8")
-    free = fn.value(f"icmp uge i64 {fn.value('call i64 @llvm.readcyclecounter()')}, {until}")
-    par = fn.value(f"and i1 {fn.value(f'and i1 {big}, {many}')}, {free}")
+    par, threads = team_wanted(fn, big, fn.value("call i64 @llvm.readcyclecounter()"))
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
     fn.emit(f"call void @GOMP_parallel(ptr @{name}.work, ptr {ctx}, i32 {threads}, i32 0)")

@@ -50,6 +50,15 @@ class _Fn:
         self.emit(f"{t} = {instr}")
         return t
 
+    def if_(self, cond: str, then) -> None:
+        """``if (cond) then()``; ``then`` emits into the branch (and may open blocks)."""
+        yes, done = self.label("then"), self.label("endif")
+        self.emit(f"br i1 {cond}, label %{yes}, label %{done}")
+        self.start_block(yes)
+        then()
+        self.emit(f"br label %{done}")
+        self.start_block(done)
+
 
 # A worker of the OpenMP team that starts this many cycles (~0.3 ms) after the fork means
 # another process holds the cores: the join waits for it, at ten times a kernel's cost when

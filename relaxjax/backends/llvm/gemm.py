@@ -487,11 +487,7 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.emit(f"store i64 0, ptr {flag}")
     flops = fn.value(f"mul nsw i64 {mn}, %K")
     big = fn.value(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
-    threads = fn.value("load i32, ptr @rj_num_threads")
-    many = fn.value(f"icmp ne i32 {threads}, 1")
-    until = fn.value("load atomic i64, ptr @rj_serial_until monotonic, align 8")
-    free = fn.value(f"icmp uge i64 {now}, {until}")
-    par = fn.value(f"and i1 {fn.value(f'and i1 {big}, {many}')}, {free}")
+    par, threads = team_wanted(fn, big, now)
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
     fn.emit(f"call void @GOMP_parallel(ptr @{work}, ptr {ctx}, i32 {threads}, i32 0)")
@@ -508,6 +504,17 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.emit("ret void")
     parts.append(fn.text())
     return "\n".join(parts)
+
+
+def team_wanted(fn: _Fn, big: str, now: str) -> tuple[str, str]:
+    """(i1: fork the OpenMP team, its thread count): the work is ``big`` enough, the
+    runtime asks for more than one thread and the kernels are not being kept serial
+    (``@rj_serial_until``, past the cycle count ``now``)."""
+    threads = fn.value("load i32, ptr @rj_num_threads")
+    many = fn.value(f"icmp ne i32 {threads}, 1")
+    until = fn.value("load atomic i64, ptr @rj_serial_until monotonic, align 8")
+    free = fn.value(f"icmp uge i64 {now}, {until}")
+    return fn.value(f"and i1 {fn.value(f'and i1 {big}, {many}')}, {free}"), threads
 
 
 # what a module holding gemm functions declares once (besides the runtime globals)

@@ -83,13 +83,6 @@ class _Fn(codegen_Fn):
         self.emit(f"br label %{head}")
         self.start_block(done)
 
-    def if_(self, cond: str, then) -> None:
-        yes, done = self.label("then"), self.label("endif")
-        self.emit(f"br i1 {cond}, label %{yes}, label %{done}")
-        self.start_block(yes)
-        then()
-        self.emit(f"br label %{done}")
-        self.start_block(done)
 
     def shape(self, k) -> str:
         p = self.v("ptr", f"getelementptr i64, ptr %shapes, i64 {k}")
