@@ -110,3 +110,30 @@ def test_layouts_that_do_not_fit():
         nn.dot_product_attention(q, np.ones((2, 5, 2, 4)), np.ones((2, 5, 2, 4)))
     with pytest.raises(rj.ShapeError, match="sequence length"):
         nn.dot_product_attention(q, np.ones((2, 5, 2, 8)), np.ones((2, 6, 2, 8)))
+
+
+@pytest.mark.parametrize("bits", [256, 128])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_narrower_vector_widths(bits, dtype, causal):
+    """The kernel as AVX2 and SSE hosts get it (this host runs their instructions too):
+    other micro-tiles and the exponent-bits ``exp``; called through the library ABI."""
+    import ctypes
+    from relaxjax.backends.llvm import attention
+    from relaxjax.backends.llvm.engine import CompiledModule, prepare_process
+    from relaxjax.library import NATIVE_SIGNATURE
+    prepare_process()
+    letter = "s" if dtype == "float32" else "d"
+    module = CompiledModule(attention.attention_text(letter, causal, bits), [])
+    kernel = NATIVE_SIGNATURE(module.address(attention.symbol(letter, causal)))
+    rng = np.random.default_rng(bits)
+    for b, t, n, h, s, kv, hv in ((2, 97, 4, 64, 131, 2, 64), (1, 5, 2, 3, 7, 1, 5), (1, 200, 1, 16, 300, 1, 24)):
+        q, k = rng.standard_normal((b, t, n, h)), rng.standard_normal((b, s, kv, h))
+        v = rng.standard_normal((b, s, kv, hv))
+        want = reference(q, k, v, scale=0.3, is_causal=causal)
+        arrays = [x.astype(dtype) for x in (q, k, v)] + [np.array(0.3, dtype), np.empty((b, t, n, hv), dtype)]
+        shapes = [d for x in arrays for d in x.shape]
+        assert kernel((ctypes.c_void_p * 5)(*[x.ctypes.data for x in arrays]), (ctypes.c_int64 * len(shapes))(*shapes),
+                      (ctypes.c_int64 * 5)(*[x.ndim for x in arrays]), 5) == 0
+        tol = 1e-10 if dtype == "float64" else 4e-6 * np.sqrt(h) + 2e-6
+        np.testing.assert_allclose(arrays[4], want, rtol=tol, atol=tol)

@@ -100,7 +100,7 @@ def _attention(defs: dict, b: Binding):
     if _row_reduction(defs, total, "reduce_sum") is not e:
         return None
     ex = _primitive(defs, e, "exp")
-    sub = ex and _primitive(defs, ex.args[0], "sub")
+    sub = None if ex is None else _primitive(defs, ex.args[0], "sub")
     if sub is None:
         return None
     s, most = sub.args

@@ -43,6 +43,9 @@ BK = {"s": 128, "d": 64}          # keys per block: the scores, BK x BQ, stay in
 PARALLEL_MIN_MACS = 1 << 20       # less work than this runs on the calling thread
 # the work item counter and the arguments, in the context the workers share
 ARGS = ("B", "T", "N", "H", "S", "K", "Hv", "q", "k", "v", "out", "scale", "items", "nqb", "next")
+# the arrays, by their index in the library call, and the dims read from its shapes
+ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
+DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
 
 
 def symbol(dtype_char: str, causal: bool) -> str:
@@ -76,7 +79,6 @@ class _Fn(GemmFn):
         for x in xs[1:]:
             out = self.value(f"add nsw i64 {out}, {x}")
         return out
-
 
 
 class _Vec:
@@ -117,13 +119,19 @@ class _Vec:
     def lanes_below(self, n: str) -> str:
         """The mask of lanes ``< n``."""
         iv = f"<{self.V} x i64>"
-        lanes = ", ".join(f"i64 {x}" for x in range(self.V))
-        return self.fn.value(f"icmp slt {iv} <{lanes}>, {_splat(self.fn, iv, 'i64', n, self.V)}")
+        return self.fn.value(f"icmp slt {iv} {self.iota(0)}, {_splat(self.fn, iv, 'i64', n, self.V)}")
 
-    def reduce(self, kind: str, x: str) -> str:
-        if kind == "fadd":
-            return self.fn.value(f"call reassoc {self.ty} @llvm.vector.reduce.fadd.{self.sfx}({self.ty} -0.0, {self.vt} {x})")
-        return self.fn.value(f"call {self.ty} @llvm.vector.reduce.fmax.{self.sfx}({self.vt} {x})")
+    def iota(self, start: str | int) -> str:
+        """The i64 vector ``start, start + 1, ...`` (a constant for a constant start)."""
+        iv = f"<{self.V} x i64>"
+        lanes = f"<{', '.join(f'i64 {x}' for x in range(self.V))}>"
+        if start == 0:
+            return lanes
+        return self.fn.value(f"add {iv} {lanes}, {_splat(self.fn, iv, 'i64', start, self.V)}")
+
+    def sum(self, x: str) -> str:
+        """The sum of ``x``'s lanes (in any order)."""
+        return self.fn.value(f"call reassoc {self.ty} @llvm.vector.reduce.fadd.{self.sfx}({self.ty} -0.0, {self.vt} {x})")
 
     def exp(self, x: str) -> str:
         """e**x for x <= 0 (what a softmax takes): x = n ln2 + r (|r| <= ln2 / 2), e**r by
@@ -210,7 +218,7 @@ def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict)
                 y = vec.load(fn.at(ty, kp, h), mask)
                 fn.emit(f"store {vec.vt} {vec.fma(x, y, fn.value(f'load {vec.vt}, ptr {acc}'))}, ptr {acc}")
             fn.loop("0", a["H"], V, chunk)
-            s = fn.value(f"fmul {ty} {vec.reduce('fadd', fn.value(f'load {vec.vt}, ptr {acc}'))}, {a['scale']}")
+            s = fn.value(f"fmul {ty} {vec.sum(fn.value(f'load {vec.vt}, ptr {acc}'))}, {a['scale']}")
             fn.emit(f"store {ty} {s}, ptr {fn.at(ty, ws['buf'], j)}")
             m = fn.value(f"call {ty} @llvm.maxnum.f{vec.size * 8}({ty} {s}, {ty} {fn.value(f'load {ty}, ptr {mx}')})")
             fn.emit(f"store {ty} {m}, ptr {mx}")
@@ -226,7 +234,7 @@ def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict)
             vec.store(e, p, mask)
             fn.emit(f"store {vec.vt} {vec.op('fadd', e, fn.value(f'load {vec.vt}, ptr {total}'))}, ptr {total}")
         fn.loop("0", kend, V, softmax)
-        rl = _reciprocal(fn, ty, vec.reduce("fadd", fn.value(f"load {vec.vt}, ptr {total}")))
+        rl = _reciprocal(fn, ty, vec.sum(fn.value(f"load {vec.vt}, ptr {total}")))
         rlv = vec.splat(rl)
 
         def columns(hc):
@@ -298,9 +306,7 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
         def softmax(cv):                   # one vector of queries down the block's keys
             mold = vec.load(fn.at(ty, m, cv))
             if causal:
-                iv = f"<{V} x i64>"
-                lanes = ", ".join(f"i64 {x}" for x in range(V))
-                qidx = fn.value(f"add {iv} <{lanes}>, {_splat(fn, iv, 'i64', fn.add(q0, cv), V)}")
+                qidx = vec.iota(fn.add(q0, cv))
             mx = fn.slot(vec.vt, "zeroinitializer")
             fn.emit(f"store {vec.vt} {ninf}, ptr {mx}")
 
@@ -374,7 +380,7 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     a = {}
     for k, arg in enumerate(ARGS):
         slot = fn.at("i64", "%ctx", k)
-        a[arg] = fn.value(f"load {'ptr' if arg in ('q', 'k', 'v', 'out', 'scale') else 'i64'}, ptr {slot}")
+        a[arg] = fn.value(f"load {'ptr' if arg in ARRAYS else 'i64'}, ptr {slot}")
     a["scale"] = fn.value(f"load {ty}, ptr {a['scale']}")
     nxt = fn.at("i64", "%ctx", ARGS.index("next"))
     words = fn.add(fn.mul(BQ, fn.add(a["H"], bk, a["Hv"], 2)), a["S"], V)
@@ -423,16 +429,14 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
 
     # the entry: library ABI; the team when the work is worth a fork
     fn = _Fn(f"define i32 @{name}(ptr %data, ptr %shapes, ptr %ndims, i64 %nargs)")
-    dims = {d: fn.value(f"load i64, ptr {fn.at('i64', '%shapes', k)}")
-            for d, k in (("B", 0), ("T", 1), ("N", 2), ("H", 3), ("S", 5), ("K", 6), ("Hv", 11))}
-    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}")
-            for p, k in (("q", 0), ("k", 1), ("v", 2), ("scale", 3), ("out", 4))}
+    dims = {d: fn.value(f"load i64, ptr {fn.at('i64', '%shapes', k)}") for d, k in DIMS.items()}
+    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}") for p, k in ARRAYS.items()}
     nqb = fn.value(f"sdiv i64 {fn.add(dims['T'], BQ - 1)}, {BQ}")
     items = fn.mul(dims["B"], dims["N"], nqb)
     ctx = fn.value(f"alloca [{len(ARGS)} x i64], align 8")
     vals = {**dims, **ptrs, "items": items, "nqb": nqb, "next": "0"}
     for k, arg in enumerate(ARGS):
-        t = "ptr" if arg in ptrs else "i64"
+        t = "ptr" if arg in ARRAYS else "i64"
         fn.emit(f"store {t} {vals[arg]}, ptr {fn.at('i64', ctx, k)}")
     macs = fn.mul(dims["B"], dims["N"], dims["T"], dims["S"], fn.add(dims["H"], dims["Hv"]))
     big = fn.value(f"and i1 {fn.value(f'icmp sge i64 {macs}, {PARALLEL_MIN_MACS}')}, "
@@ -452,14 +456,14 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     sfx = f"v{V}f{size * 8}"
     vt = f"<{V} x {ty}>"
     decls = set(GEMM_DECLARATIONS) | {
-        *(f"declare {vt} @llvm.{f}.{sfx}({vt}, {vt})" for f in ("maxnum", "minnum")),
+        f"declare {vt} @llvm.maxnum.{sfx}({vt}, {vt})",
         f"declare {vt} @llvm.rint.{sfx}({vt})",
         f"declare {ty} @llvm.vector.reduce.fadd.{sfx}({ty}, {vt})",
-        f"declare {ty} @llvm.vector.reduce.fmax.{sfx}({vt})",
         f"declare {ty} @llvm.maxnum.f{size * 8}({ty}, {ty})",
         f"declare i1 @llvm.vector.reduce.and.v{V}i1(<{V} x i1>)",
         *([f"declare {vt} @llvm.x86.avx512.mask.scalef.{'ps' if size == 4 else 'pd'}.512({vt}, {vt}, {vt}, i{V}, i32)"]
           if V * size == 64 else []),
+        # gemm's declarations have these for 4, 8 and 16 lanes; SSE's float64 has 2
         f"declare {vt} @llvm.fma.{sfx}({vt}, {vt}, {vt})",
         f"declare {vt} @llvm.masked.load.{sfx}.p0(ptr, i32, <{V} x i1>, {vt})",
         f"declare void @llvm.masked.store.{sfx}.p0({vt}, ptr, i32, <{V} x i1>)"}

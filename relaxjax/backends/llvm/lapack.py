@@ -83,7 +83,6 @@ class _Fn(codegen_Fn):
         self.emit(f"br label %{head}")
         self.start_block(done)
 
-
     def shape(self, k) -> str:
         p = self.v("ptr", f"getelementptr i64, ptr %shapes, i64 {k}")
         return self.v("i64", f"load i64, ptr {p}")
