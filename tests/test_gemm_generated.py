@@ -76,6 +76,27 @@ def test_generated_product_agrees_with_numpy(m, n, k, ta, tb, letter, pad, seed)
     np.testing.assert_array_equal(b_full, keep[1])
 
 
+@pytest.mark.parametrize("m", range(1, 50))
+def test_every_micro_tile_height(m):
+    """Products of fewer than SHORT_TILE_ROWS rows run the micro-tile padding them least
+    (12, 8, 4 or 2 rows on 512 bits; 6, 4, 2 on 256): every row count through each one,
+    with column tiles at their edge (N = 200: a 192-column tile and 8 more) and two
+    contraction slices (K = 300 > KC), both transposes of B, float32 and float64."""
+    rng = np.random.default_rng(m)
+    n, k = 200, 300
+    for letter, dtype in (("s", np.float32), ("d", np.float64)):
+        for tb in (False, True):
+            a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+            b_full, b = _operand(rng, *((n, k) if tb else (k, n)), 0, dtype)
+            B = (b.T if tb else b).astype(np.float64)
+            want = a.astype(np.float64) @ B
+            bound = 1.01 * k * np.finfo(dtype).eps / 2 * (np.abs(a.astype(np.float64)) @ np.abs(B))
+            for bits in WIDTHS:
+                big = _call(gemm.gemm_symbol(letter, False, tb), bits, a, b, m, n, k, 0)
+                assert np.all(np.abs(big[:m, :n] - want) <= bound), (letter, tb, bits)
+                assert np.isnan(big[m]).all(), "wrote past C's last row"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_products_on_one_and_two_threads(threads):
     """Several column blocks, contraction slices and row blocks (and the edge tiles of
@@ -96,9 +117,11 @@ def test_large_products_on_one_and_two_threads(threads):
 
 # what the rule decides, by shape class (gemm.py's table): (letter, M, K, N) -> generated?
 RULE = {("s", 16, 512, 2048): True, ("s", 2, 512, 2048): True, ("s", 300, 64, 1000): True,
-        ("d", 300, 64, 1000): True, ("d", 16, 512, 2048): False, ("s", 64, 64, 64): False,
+        ("d", 300, 64, 1000): True, ("d", 16, 512, 2048): True, ("s", 64, 64, 64): False,
         ("s", 1024, 1024, 1024): False, ("s", 1024, 1024, 64): False, ("s", 100, 64, 64): False,
-        ("s", 8, 30000, 10000): False, ("s", 8, 3, 30000): True, ("s", 1, 512, 2048): False}
+        ("s", 8, 30000, 10000): True, ("s", 32, 8192, 8192): False, ("d", 8, 8192, 8192): False,
+        ("d", 32, 512, 512): True, ("s", 33, 512, 2048): False, ("s", 8, 3, 30000): True,
+        ("s", 1, 512, 2048): False}
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,17 +56,26 @@ class Blocking:
         return self.nv * self.lanes
 
 
-def blocking(dtype_char: str, vector_bits: int) -> Blocking:
+def blocking(dtype_char: str, vector_bits: int, mr: int | None = None) -> Blocking:
     """Blocking for float32 ("s") or float64 ("d") on ``vector_bits``-wide registers (512:
     32 registers, 24 accumulators of 12 rows x 2 vectors; 256: 16 registers, 12
-    accumulators of 6 x 2)."""
+    accumulators of 6 x 2).  ``mr``: a shorter micro-tile (``ROW_TILES``) holding as many
+    accumulators in more vectors per row (8 x 3, 4 x 6, 2 x 12 on 512 bits)."""
     size = 4 if dtype_char == "s" else 8
     ty = "float" if dtype_char == "s" else "double"
     lanes = vector_bits // (8 * size)
-    mr = 12 if vector_bits >= 512 else 6
+    accumulators = 24 if vector_bits >= 512 else 12
+    mr = mr or (12 if vector_bits >= 512 else 6)
     kc = 256 if dtype_char == "s" else 192
     mc = mr * (96 // mr * (2 if vector_bits >= 512 else 1))
-    return Blocking(ty, size, lanes, mr, 2, kc, mc, 4096 if dtype_char == "s" else 2048)
+    return Blocking(ty, size, lanes, mr, accumulators // mr, kc, mc, 4096 if dtype_char == "s" else 2048)
+
+
+def row_tiles(vector_bits: int) -> tuple:
+    """The micro-tile heights of one vector width, tallest (the default) first: a product
+    of a few rows runs the one that pads its rows least (``select_rows``) — with 12-row
+    tiles, two rows would spend five sixths of the multiply-adds on padding."""
+    return (12, 8, 4, 2) if vector_bits >= 512 else (6, 4, 2)
 
 
 def gemm_symbol(dtype_char: str, ta: bool, tb: bool) -> str:
@@ -151,6 +160,11 @@ def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
     return masks
 
 
+# how many k ahead the micro-kernel prefetches B's values (RESULTS.md, session 10: 8 x 512
+# @ 512 x 2048 float32 from 82 to 105-111 GFLOP/s, 16 rows from 104-116 to 120-169)
+PREFETCH_ROWS = 8
+
+
 def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | None = None) -> str:
     """``name(kc, ap, bp, bstride, c, ldc, rows, cols, add[, astride])``: the MR x NR tile
     of A times ``bp`` (NR values per k, ``bstride`` apart: a packed panel, or B's rows as
@@ -192,6 +206,14 @@ def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | 
     for j in range(NV):
         p = fn.value(f"getelementptr inbounds {ty}, ptr {brow}, i64 {j * V}")
         bvec.append(_masked_load(fn, ty, b.size, V, p, masks[j]))
+    if a_layout == "packed":
+        # B's row PREFETCH_ROWS ahead: B given in place is read down its rows, a page apart
+        # for wide matrices, which the hardware prefetchers (within a page) do not follow
+        ahead = fn.value(f"mul nsw i64 %bstride, {PREFETCH_ROWS}")
+        ahead = fn.value(f"getelementptr {ty}, ptr {brow}, i64 {ahead}")
+        for j in range(NV):
+            p = fn.value(f"getelementptr {ty}, ptr {ahead}, i64 {j * V}")
+            fn.emit(f"call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
     kstep = {"packed": str(MR), "rows": "1", "columns": "%astride"}[a_layout]
     aoff = fn.value(f"mul nsw i64 %k, {kstep}")
     abase = fn.value(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
@@ -395,21 +417,20 @@ done:
 PARALLEL_MIN_FLOPS = 1 << 21
 
 
-def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
-    """The LLVM text of the product function ``gemm_symbol(dtype_char, ta, tb)`` and its
-    helpers (internal), for ``vector_bits``-wide vector registers.  The text names the
-    runtime globals (``@rj_num_threads``) and libgomp's and libc's functions, which the
-    module that holds it declares (``DECLARATIONS``)."""
-    b = blocking(dtype_char, vector_bits)
-    name = gemm_symbol(dtype_char, ta, tb)
-    uk, pa, pb, blk, work = (f"{name}.{s}" for s in ("ukernel", "pack_a", "pack_b", "block", "omp"))
-    parts = [_micro_kernel(b, uk), _pack(b, pa, b.mr, contiguous_panel=ta),
-             _pack(b, pb, b.nr, contiguous_panel=not tb), _block(b, blk, uk, pa, pb, tb)]
-    args = ("M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
-    types = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
+# the product function's arguments (the worker reads them from its context, in this order)
+_ARGS = ("M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
+_TYPES = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
 
-    # the worker: thread t of T computes a band of C's rows (or columns, when C has more
-    # column panels than row panels), whole micro-tiles each
+# products of fewer rows than this may run a shorter micro-tile than the default
+# (``row_tiles``); taller ones keep the tile the measured rule was made with
+SHORT_TILE_ROWS = 48
+
+
+def _worker(b: Blocking, name: str, work: str, blk: str) -> str:
+    """``work(ctx)``, run by each thread of the team (or alone): thread t of T computes a
+    band of C's rows (or columns, when C has more column panels than row panels), whole
+    micro-tiles of ``b`` each, through ``blk``."""
+    args, types = _ARGS, _TYPES
     fn = _Fn(f"define internal void @{work}(ptr %ctx) #0")
     vals = {}
     for k, (a, t) in enumerate(zip(args, types)):
@@ -459,7 +480,26 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.emit("br label %out")
     fn.start_block("out")
     fn.emit("ret void")
-    parts.append(fn.text())
+    return fn.text()
+
+
+def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
+    """The LLVM text of the product function ``gemm_symbol(dtype_char, ta, tb)`` and its
+    helpers (internal), for ``vector_bits``-wide vector registers: one set of micro-kernel,
+    packing, loops and worker per micro-tile height (``row_tiles``).  The text names the
+    runtime globals (``@rj_num_threads``) and libgomp's and libc's functions, which the
+    module that holds it declares (``DECLARATIONS``)."""
+    name = gemm_symbol(dtype_char, ta, tb)
+    args, types = _ARGS, _TYPES
+    parts, workers = [], []
+    for mr in row_tiles(vector_bits):
+        b = blocking(dtype_char, vector_bits, mr)
+        tag = "" if not workers else f".r{mr}"
+        uk, pa, pb, blk, work = (f"{name}.{s}{tag}" for s in ("ukernel", "pack_a", "pack_b", "block", "omp"))
+        parts += [_micro_kernel(b, uk), _pack(b, pa, b.mr, contiguous_panel=ta),
+                  _pack(b, pb, b.nr, contiguous_panel=not tb), _block(b, blk, uk, pa, pb, tb),
+                  _worker(b, name, work, blk)]
+        workers.append((mr, work))
     parts.append(_buffers(name))
 
     # the entry: C = 0 when K == 0; else the worker on one thread or the team
@@ -488,9 +528,21 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     flops = fn.value(f"mul nsw i64 {mn}, %K")
     big = fn.value(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
     par, threads = team_wanted(fn, big, now)
+    # the worker of the micro-tile that pads C's rows least (the tallest of equals), for
+    # products of a few rows; the default tile's otherwise
+    (_, work), padded = workers[0], None
+    work = "@" + work
+    short = fn.value(f"icmp slt i64 %M, {SHORT_TILE_ROWS}")
+    for mr, other in workers:
+        rows = fn.value(f"mul nsw i64 {_ceil_div(fn, '%M', mr)}, {mr}")
+        if padded is not None:
+            better = fn.value(f"and i1 {short}, {fn.value(f'icmp slt i64 {rows}, {padded}')}")
+            work = fn.value(f"select i1 {better}, ptr @{other}, ptr {work}")
+            rows = fn.value(f"select i1 {better}, i64 {rows}, i64 {padded}")
+        padded = rows
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
-    fn.emit(f"call void @GOMP_parallel(ptr @{work}, ptr {ctx}, i32 {threads}, i32 0)")
+    fn.emit(f"call void @GOMP_parallel(ptr {work}, ptr {ctx}, i32 {threads}, i32 0)")
     was_late = fn.value(f"icmp ne i64 {fn.value(f'load atomic i64, ptr {flag} monotonic, align 8')}, 0")
     fn.emit(f"br i1 {was_late}, label %busy, label %out")
     fn.start_block("busy")
@@ -498,7 +550,7 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.emit(f"store atomic i64 {later}, ptr @rj_serial_until monotonic, align 8")
     fn.emit("br label %out")
     fn.start_block("alone")
-    fn.emit(f"call void @{work}(ptr {ctx})")
+    fn.emit(f"call void {work}(ptr {ctx})")
     fn.emit("br label %out")
     fn.start_block("out")
     fn.emit("ret void")
@@ -522,7 +574,7 @@ DECLARATIONS = frozenset({
     "declare i64 @llvm.smin.i64(i64, i64)", "declare i32 @omp_get_thread_num()",
     "declare i32 @omp_get_num_threads()", "declare void @GOMP_parallel(ptr, ptr, i32, i32)",
     "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)", "declare i64 @llvm.readcyclecounter()",
-    "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+    "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
     *(f"declare <{v} x {t}> @llvm.fma.v{v}f{bits}(<{v} x {t}>, <{v} x {t}>, <{v} x {t}>)"
       for t, bits in (("float", 32), ("double", 64)) for v in (4, 8, 16)),
     *(f"declare <{v} x {t}> @llvm.masked.load.v{v}f{bits}.p0(ptr, i32, <{v} x i1>, <{v} x {t}>)"
@@ -550,14 +602,15 @@ def module_text(variant: str, vector_bits: int) -> str:
 
 
 # Which products run the generated code rather than BLAS, by shape class, as measured by
-# benchmarks/gemm.py on an AVX-512 host (2 threads; RESULTS.md, 2026-11-25):
+# benchmarks/gemm.py on AVX-512 hosts (2 threads; RESULTS.md, sessions 8 and 10):
 # - fewer than 2**19 multiply-adds (64**3 and less): BLAS, whose call costs less;
 # - shallow (K <= 64) with more than a micro-tile's columns (N > 64): generated, float32
 #   and float64 (attention's q @ k.T: 1.1-2.2x BLAS);
-# - short (2 <= M <= 32 rows) with N > 64 and B within 8 MiB: generated for float32 (an
-#   MLP's decode-sized batch: 1.3-2.7x), BLAS for float64 (0.9-1.1x); a larger B is
-#   streamed from memory, where the micro-kernel's column panels of an unpacked B (one TLB
-#   page per row) ran NPBench's mlp (8 x 30000 @ 30000 x 10000) at half BLAS's speed;
+# - short (2 <= M <= 32 rows) with N > 64: generated (a decode-sized batch: with the short
+#   micro-tiles and B prefetched, float32 1.5-3.4x OpenBLAS, float64 1.1-3x) where B is
+#   within 8 MiB; past that, B streams from memory, and float32 products of up to 16 rows
+#   stay generated (8 x 8192 @ 8192 x 8192: 49 against 30 GFLOP/s), the rest are BLAS's
+#   (32 rows of float32, float64: OpenBLAS 1.2-1.4x);
 # - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
 # Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
 # on such a host; on this one it runs at 0.75-0.85x).
@@ -565,6 +618,7 @@ MIN_GENERATED_MACS = 1 << 19
 SHALLOW_K = 64
 SHORT_M = 32
 SHORT_MAX_B_BYTES = 8 << 20
+STREAM_M = 16
 NARROW_N = 64
 
 
@@ -577,7 +631,8 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
         return False
     if None in (M, N, K):
         return True
-    short = dtype_char == "s" and M <= SHORT_M and K * N * 4 <= SHORT_MAX_B_BYTES
+    size = 4 if dtype_char == "s" else 8
+    short = M <= SHORT_M and (K * N * size <= SHORT_MAX_B_BYTES or (dtype_char == "s" and M <= STREAM_M))
     return M * N * K >= MIN_GENERATED_MACS and (K <= SHALLOW_K or short)
 
 
@@ -589,10 +644,12 @@ def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str
     macs = val(f"mul i64 {val(f'mul i64 {M}, {N}')}, {K}")
     big = val(f"icmp sge i64 {macs}, {MIN_GENERATED_MACS}")
     wide = val(f"icmp sgt i64 {N}, {NARROW_N}")
-    shape = val(f"icmp sle i64 {K}, {SHALLOW_K}")
+    shallow = val(f"icmp sle i64 {K}, {SHALLOW_K}")
+    size = 4 if dtype_char == "s" else 8
+    fits = val(f"icmp sle i64 {val(f'mul i64 {K}, {N}')}, {SHORT_MAX_B_BYTES // size}")
     if dtype_char == "s":
-        b_size = val(f"icmp sle i64 {val(f'mul i64 {K}, {N}')}, {SHORT_MAX_B_BYTES // 4}")
-        short = val(f"and i1 {val(f'icmp sle i64 {M}, {SHORT_M}')}, {b_size}")
-        shape = val(f"or i1 {shape}, {short}")
+        fits = val(f"or i1 {fits}, {val(f'icmp sle i64 {M}, {STREAM_M}')}")
+    short = val(f"and i1 {val(f'icmp sle i64 {M}, {SHORT_M}')}, {fits}")
+    shape = val(f"or i1 {shallow}, {short}")
     rows = val(f"icmp sgt i64 {M}, 1")          # one row: BLAS's gemv
     return val(f"and i1 {val(f'and i1 {big}, {wide}')}, {val(f'and i1 {shape}, {rows}')}")
