@@ -22,8 +22,9 @@ Control flow: ``fori_loop``, ``scan``, ``while_loop`` and ``cond`` carry rules
 so the derivative of a loop is more loops in the same program (the carries stacked, then
 the body's pullback run backwards) and that of a branch the same branch's pullback.
 
-Not yet here (each raises an error that names it): ``vmap`` (and so ``jacfwd``/``jacrev``
-over symbolic sizes), derivatives of cumprod/cummax/cummin, ``take_along_axis``, boolean
+``jacfwd``/``jacrev`` map ``jvp``/the pullback over unit vectors with ``relaxjax.vmap``.
+
+Not yet here (each raises an error that names it): derivatives of cumprod/cummax/cummin, ``take_along_axis``, boolean
 masks, linalg, loop-level programs and library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
@@ -40,7 +41,7 @@ from . import dtypes as dt
 from . import nn
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
-from .jit import jit
+from .jit import jit, traced_or_jitted
 from .library import attention_name
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
@@ -171,21 +172,6 @@ def _no_rule(b) -> str:
     return f"grad of {name}{where} is not implemented yet (the primitive has no vjp rule)"
 
 
-def _traced_or_jitted(transformed: Callable) -> Callable:
-    """``transformed`` when called inside a trace (on tracers), else jit-compiled: NumPy
-    arguments are traced once per transformed function, for all shapes."""
-    jitted = []
-
-    @functools.wraps(transformed)
-    def call(*args, **kwargs):
-        if current_trace() is not None or find_trace(list(args)) is not None:
-            return transformed(*args, **kwargs)
-        if not jitted:
-            jitted.append(jit(transformed))
-        return jitted[0](*args, **kwargs)
-    return call
-
-
 def vjp(fun: Callable, *primals, has_aux: bool = False):
     """``(fun(*primals), vjp_fn)``, and ``aux`` third with ``has_aux``: ``vjp_fn(ct)`` gives
     the cotangents of the primals (a tuple, trees like them) for a cotangent ``ct`` of the
@@ -255,13 +241,13 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 
 def _jacobian(fun: Callable, argnums: int, forward: bool) -> Callable:
     """The Jacobian ``J[out index + in index]`` of ``fun``'s array output with respect to
-    its array argument ``argnums``: one ``jvp`` per input element (``forward``) or one
-    pullback per output element.  The sizes they loop over must be known when tracing (a
-    jitted call guards them, so each shape traces once); symbolic sizes need ``vmap``,
-    which is not built yet."""
+    its array argument ``argnums``: ``jvp`` mapped over the input's unit vectors
+    (``forward``) or the pullback mapped over the output's (``vmap``), so one compiled
+    program serves every size."""
     if not isinstance(argnums, int):
         raise TypeError("jacfwd/jacrev take one argument number (an int)")
     from . import numpy as rnp
+    from .vmap import vmap
 
     def transformed(*args):
         x = args[argnums]
@@ -273,31 +259,27 @@ def _jacobian(fun: Callable, argnums: int, forward: bool) -> Callable:
         out, pull = vjp(partial, x)
         if not isinstance(out, Tracer):
             raise TypeError("jacfwd/jacrev: the function must return one array")
-        out_shape = tuple(int(d) for d in out.shape)
-        in_shape = tuple(int(d) for d in x.shape)
+        out_shape, in_shape = tuple(out.shape), tuple(x.shape)
         if forward:         # a column per input element: the tangent along its unit vector
-            basis = np.eye(int(np.prod(in_shape, dtype=np.int64)), dtype=x.dtype)
-            parts = [jvp(partial, (x,), (e.reshape(in_shape),))[1] for e in basis]
-            stacked = rnp.stack(parts, axis=-1) if parts else None
+            basis = rnp.eye(x.size, dtype=x.dtype)
+            cols = vmap(lambda e: jvp(partial, (x,), (e.reshape(in_shape),))[1].reshape(-1))(basis)
+            flat = cols.T
         else:               # a row per output element: the pullback of its unit vector
-            basis = np.eye(int(np.prod(out_shape, dtype=np.int64)), dtype=out.dtype)
-            parts = [pull(e.reshape(out_shape))[0] for e in basis]
-            stacked = rnp.stack(parts) if parts else None
-        if stacked is None:
-            return rnp.zeros(out_shape + in_shape, out.dtype if forward else x.dtype)
-        return stacked.reshape(out_shape + in_shape)
-    return _traced_or_jitted(functools.wraps(fun)(transformed))
+            basis = rnp.eye(out.size, dtype=out.dtype)
+            flat = vmap(lambda e: pull(e.reshape(out_shape))[0].reshape(-1))(basis)
+        return flat.reshape(out_shape + in_shape)
+    return traced_or_jitted(functools.wraps(fun)(transformed))
 
 
 def jacfwd(fun: Callable, argnums: int = 0) -> Callable:
-    """``jax.jacfwd``: the Jacobian by forward mode, one ``jvp`` per input element (for
-    small inputs; see ``_jacobian``)."""
+    """``jax.jacfwd``: the Jacobian by forward mode, a ``jvp`` per input element (see
+    ``_jacobian``)."""
     return _jacobian(fun, argnums, forward=True)
 
 
 def jacrev(fun: Callable, argnums: int = 0) -> Callable:
-    """``jax.jacrev``: the Jacobian by reverse mode, one pullback per output element (for
-    small outputs; see ``_jacobian``)."""
+    """``jax.jacrev``: the Jacobian by reverse mode, a pullback per output element (see
+    ``_jacobian``)."""
     return _jacobian(fun, argnums, forward=False)
 
 
@@ -475,7 +457,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         grads = rec.backward([(out, scalar(1, out.dtype))])
         g = grads[0] if isinstance(argnums, int) else tuple(grads)
         return ((out, aux), g) if has_aux else (out, g)
-    return _traced_or_jitted(functools.wraps(fun)(transformed))
+    return traced_or_jitted(functools.wraps(fun)(transformed))
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:

@@ -28,6 +28,7 @@ from .jit_cache import build_cached
 from .jit_trace import trace_call
 from .signature import Binder
 from .structs import ShapeDtypeStruct
+from .core import current_trace, find_trace
 
 
 # Entries a function keeps that each accept exactly one set of argument shapes (every dim
@@ -455,3 +456,18 @@ def make_ir(fun: Callable, **jit_kwargs) -> Callable[..., IRModule]:
     def trace(*args, **kwargs) -> IRModule:
         return jit(fun, **jit_kwargs).lower(*args, **kwargs).module
     return trace
+
+
+def traced_or_jitted(transformed: Callable) -> Callable:
+    """``transformed`` when called inside a trace (on tracers), else jit-compiled: NumPy
+    arguments are traced once per transformed function, for all shapes."""
+    jitted = []
+
+    @functools.wraps(transformed)
+    def call(*args, **kwargs):
+        if current_trace() is not None or find_trace(list(args)) is not None:
+            return transformed(*args, **kwargs)
+        if not jitted:
+            jitted.append(jit(transformed))
+        return jitted[0](*args, **kwargs)
+    return call

@@ -14,6 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..core import PRIMITIVES, Primitive
 from . import ad_util as au
+from . import batching
 from . import complex_math as cm
 from .complex_parts import by_parts, packable
 from .util import broadcast_shapes, same_dtype
@@ -280,3 +281,10 @@ max.vjp = _extremum_vjp(lambda x, y: ge.bind(x, y))
 min.vjp = _extremum_vjp(lambda x, y: le.bind(x, y))
 select.vjp = _select_vjp
 convert.vjp = _convert_vjp
+
+
+# Batching rules (``vmap``, see ``batching``): operands broadcast as NumPy does
+for _prim in list(PRIMITIVES.values()):
+    if _prim.kind == "elementwise":
+        _prim.batch = batching.broadcasting(_prim)
+del _prim

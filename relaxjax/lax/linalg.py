@@ -9,6 +9,7 @@ from ..ir import Binding, TensorType, Var
 from ..library import LibraryFunc
 from ..shapes import dim_str
 from .ad_util import unbroadcast
+from . import batching
 from .util import broadcast_shapes, same_dtype
 
 
@@ -66,3 +67,5 @@ def _matmul_vjp(ct, a, b, *, out):
 
 
 matmul.vjp = _matmul_vjp
+
+matmul.batch = batching.broadcasting(matmul)     # batch dims broadcast as NumPy's matmul

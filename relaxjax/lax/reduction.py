@@ -5,6 +5,7 @@ import numpy as np
 
 from ..core import Primitive, Tracer
 from . import ad_util as au
+from . import batching
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
@@ -147,3 +148,11 @@ reduce_sum.vjp = _sum_vjp
 reduce_max.vjp = reduce_min.vjp = _extremum_vjp
 reduce_prod.vjp = _prod_vjp
 cumsum.vjp = _cumsum_vjp
+
+
+# Batching rules (``vmap``, see ``batching``): the reduced axes move past the batch
+for _prim in (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or):
+    _prim.batch = batching.shift_axes(_prim, "axes")
+for _prim in (argmax, argmin, cumsum, cumprod, cummax, cummin):
+    _prim.batch = batching.shift_axes(_prim, "axis")
+del _prim

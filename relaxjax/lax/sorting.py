@@ -9,6 +9,7 @@ from ..core import Primitive
 from ..errors import ShapeError
 from ..shapes import prod
 from . import ad_util as au
+from . import batching
 
 
 def _last_axis(name):
@@ -44,3 +45,6 @@ def _sort_vjp(ct, x, *, out):
 
 
 sort.vjp = _sort_vjp
+
+sort.batch = batching.trailing(sort)          # along the last axis: the batch leads
+argsort.batch = batching.trailing(argsort)

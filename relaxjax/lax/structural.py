@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core import Primitive
 from . import ad_util as au
+from . import batching
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
@@ -180,3 +181,47 @@ broadcast_to.vjp = lambda ct, x, *, out, shape: (au.unbroadcast(ct, x),)
 slice.vjp = _slice_vjp
 concatenate.vjp = _concatenate_vjp
 pad.vjp = _pad_vjp
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules (``vmap``, see ``batching``): the batch is one more leading axis
+# ---------------------------------------------------------------------------------------
+
+def _reshape_batch(args, batched, *, new_sizes):
+    x, = args
+    return reshape.bind(x, new_sizes=(x.type.shape[0],) + tuple(new_sizes))
+
+
+def _transpose_batch(args, batched, *, perm):
+    return transpose.bind(args[0], perm=(0,) + tuple(p + 1 for p in perm))
+
+
+def _broadcast_to_batch(args, batched, *, shape):
+    x = batching.lift(args[0], len(shape))
+    return broadcast_to.bind(x, shape=(x.type.shape[0],) + tuple(shape))
+
+
+def _concatenate_batch(args, batched, *, axis):
+    size = batching.batch_size(args, batched)
+    xs = [batching.materialize(x, b, size) for x, b in zip(args, batched)]
+    return concatenate.bind(*xs, axis=axis + 1 if axis >= 0 else axis)
+
+
+def _slice_batch(args, batched, *, start, size, step):
+    x, = args
+    return slice.bind(x, start=(0,) + tuple(start), size=(x.type.shape[0],) + tuple(size),
+                      step=(1,) + tuple(step))
+
+
+def _pad_batch(args, batched, *, low, high):
+    if batched[1]:
+        return None                 # a padding value per example: the loop
+    return pad.bind(args[0], args[1], low=(0,) + tuple(low), high=(0,) + tuple(high))
+
+
+reshape.batch = _reshape_batch
+transpose.batch = _transpose_batch
+broadcast_to.batch = _broadcast_to_batch
+concatenate.batch = _concatenate_batch
+slice.batch = _slice_batch
+pad.batch = _pad_batch
