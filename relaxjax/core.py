@@ -46,6 +46,9 @@ class Primitive:
     * ``vjp`` (an attribute the defining module sets): the reverse-mode rule
       ``vjp(ct, *operands, out=result, **params)`` -> one cotangent per operand (None for
       none), see ``lax.ad_util``; a primitive without one has no derivative yet.
+    * ``batch`` (an attribute the defining module sets): the batching rule
+      ``batch(args, batched, **params)`` -> result(s) for a whole batch (see
+      ``lax.batching``); under ``vmap`` a primitive without one runs once per example.
     """
 
     def __init__(self, name: str, *, shape_rule: Callable, dtype_rule: Callable, impl: Callable,

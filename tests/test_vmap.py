@@ -52,6 +52,8 @@ RULED = {
                [lambda m, n: (m + 1, n)], (0,)),
     "pad_broadcast": (lambda xp: lambda x: xp.pad(x, ((1, 2), (0, 1))) + xp.broadcast_to(x[:1], (2, x.shape[1])).sum(),
                       [lambda m, n: (m, n)], (-1,)),
+    "complex_parts": (lambda xp: lambda x, y: (x + 1j * y).imag * 2 + xp.real(x * (1 + 2j)) + xp.abs(y * 1j),
+                      [lambda m, n: (m, n), lambda m, n: (n,)], (0, None)),
     "softmax": (lambda xp: lambda x: xp.exp(x - x.max(axis=-1, keepdims=True))
                 / xp.exp(x - x.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True),
                 [lambda m, n: (m, n)], (0,)),
@@ -73,11 +75,29 @@ def test_batching_rules_against_a_loop(name, size, m, n, seed):
     check(case, args, in_axes)
 
 
+def test_gathers():
+    """Gathers with a rule: a batch gathered by shared indices, a shared table by batched
+    indices (an embedding lookup), take_along_axis; both batched: the loop."""
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((10, 3))
+    for size in (1, 2, 7):
+        ids = rng.integers(0, 10, (size, 4))
+        check(lambda xp: lambda t, i: t[i] * 2.0, [table, ids], (None, 0))
+        x = rng.standard_normal((size, 10, 3))
+        check(lambda xp: lambda x, i: xp.take(x, i, axis=0), [x, ids[0]], (0, None))
+        check(lambda xp: lambda x, i: xp.take(x, i, axis=1), [x, np.array([2, 0])], (0, None))
+        check(lambda xp: lambda t, i: xp.take(t, i, axis=1), [table, rng.integers(0, 3, (size, 2))], (None, 0))
+        check(lambda xp: lambda x: xp.take_along_axis(x, xp.argsort(x, axis=0), axis=0), [x], (0,))
+        check(lambda xp: lambda x, i: xp.take_along_axis(x, i, axis=1),
+              [x, rng.integers(0, 3, (10, 2))], (0, None))
+        check(lambda xp: lambda x, i: x[i], [x, ids[:, 0]], (0, 0))
+
+
 def test_rules_leave_no_loop():
     """A program the rules cover maps without any loop over the batch."""
-    f = rj.jit(rj.vmap(lambda x, w: rnp.tanh(x @ w).sum(axis=0), in_axes=(0, None)))
-    x, w = np.ones((5, 3, 4)), np.ones((4, 2))
-    text = f.lower(x, w).as_text("optimized")
+    f = rj.jit(rj.vmap(lambda x, w, i: rnp.tanh(x @ w[i]).sum(axis=0), in_axes=(0, None, 0)))
+    x, w, i = np.ones((5, 3, 4)), np.ones((6, 4, 2)), np.arange(5) % 6
+    text = f.lower(x, w, i).as_text("optimized")
     assert "scan" not in text and "matmul" in text
 
 

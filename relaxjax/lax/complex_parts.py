@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..core import Primitive, Tracer, current_trace
+from . import batching
 from ..ir import Literal, TensorType
 
 
@@ -159,3 +160,8 @@ complex = Primitive("complex", shape_rule=_complex_shape, dtype_rule=_complex_dt
                     impl=_complex_impl, kind="complex",
                     weak_rule=lambda re, im: re.weak and im.weak, complex_rule=_complex_rule)
 complex.__doc__ = "The complex array re + i im of two float arrays (broadcast together)."
+
+# Batching rules (``vmap``, see ``batching``): elementwise, operands broadcast as NumPy does
+real.batch = batching.broadcasting(real)
+imag.batch = batching.broadcasting(imag)
+complex.batch = batching.broadcasting(complex)

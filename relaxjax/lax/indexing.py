@@ -10,6 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..core import Primitive, find_trace
 from . import ad_util as au
+from . import batching
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
 from ..shapes import as_dim, dim_str
@@ -342,3 +343,30 @@ dynamic_slice_p.vjp = _dynamic_slice_vjp
 dynamic_update_slice_p.vjp = _dynamic_update_vjp
 update_slice.vjp = _update_slice_vjp
 scatter.vjp = _scatter_vjp
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules (``vmap``, see ``batching``); the others run once per example
+# ---------------------------------------------------------------------------------------
+
+def _take_batch(args, batched, *, axis):
+    """A batched array gathered by shared indices, or a shared array (a table) gathered by
+    batched indices; both batched: the per-example loop."""
+    x, idx = args
+    if batched[0] and batched[1]:
+        return None
+    if batched[0]:
+        return take.bind(x, idx, axis=axis + 1)
+    out = take.bind(x, idx, axis=axis)        # the batch lands where the indices go
+    return au.bind("transpose", out, perm=(axis,) + tuple(k for k in range(out.ndim) if k != axis))
+
+
+def _take_along_batch(args, batched, *, axis):
+    """Both operands with the batch leading (a shared one as a batch of 1: broadcast)."""
+    ops = [x if b else au.bind("reshape", x, new_sizes=(1,) + tuple(x.type.shape))
+           for x, b in zip(args, batched)]
+    return take_along_axis.bind(*ops, axis=axis + 1 if axis >= 0 else axis)
+
+
+take.batch = _take_batch
+take_along_axis.batch = _take_along_batch
