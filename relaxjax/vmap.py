@@ -77,10 +77,9 @@ def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
     ctx = find_trace(list(args)) or current_trace()
     axes = _per_argument(in_axes, len(args), "in_axes")
     size, first = None, None
-    trees, batched_in, examples = [], [], []
+    batched_in, examples = [], []
     for k, (arg, axis) in enumerate(zip(args, axes)):
         leaves, tree = optree.tree_flatten(arg, none_is_leaf=False)
-        trees.append(tree)
         ex_leaves = []
         for j, leaf in enumerate(leaves):
             t = leaf if isinstance(leaf, Tracer) and leaf.ctx is ctx else Tracer(ctx, ctx.atom(leaf))
