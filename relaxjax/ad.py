@@ -24,8 +24,9 @@ the body's pullback run backwards) and that of a branch the same branch's pullba
 
 ``jacfwd``/``jacrev`` map ``jvp``/the pullback over unit vectors with ``relaxjax.vmap``.
 
-Not yet here (each raises an error that names it): derivatives of cumprod/cummax/cummin, ``take_along_axis``, boolean
-masks, linalg, loop-level programs and library calls (``custom_vjp`` gives them one).
+Not yet here (each raises an error that names it): derivatives of cumprod/cummax/cummin,
+``take_along_axis``, boolean masks, linalg, loop-level programs and library calls
+(``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 

@@ -21,10 +21,12 @@ from typing import Any, Callable
 
 import optree
 
-from .core import PRIMITIVES, Tracer, current_trace, find_trace
+from .core import Tracer, current_trace, find_trace
 from .ir import Binding, Var
 from .jit import traced_or_jitted
+from .lax.util import bind as _bind
 from .lax.control_flow import map as lax_map
+from .numpy import moveaxis
 from .shapes import dim_str
 
 __all__ = ["vmap"]
@@ -61,18 +63,6 @@ def _per_argument(spec, n: int, what: str) -> list:
     raise TypeError(f"vmap: {what} must be an int, None or a tuple of them, got {spec!r}")
 
 
-def _bind(name: str, *args, **params):
-    return PRIMITIVES[name].bind(*args, **params)
-
-
-def _move_axis(x: Tracer, src: int, dst: int) -> Tracer:
-    if src == dst:
-        return x
-    perm = [k for k in range(x.ndim) if k != src]
-    perm.insert(dst, src)
-    return _bind("transpose", x, perm=tuple(perm))
-
-
 def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
     ctx = find_trace(list(args)) or current_trace()
     axes = _per_argument(in_axes, len(args), "in_axes")
@@ -90,7 +80,7 @@ def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
             if not -t.ndim <= axis < max(t.ndim, 1) or t.ndim == 0:
                 raise ValueError(f"vmap: in_axes {axis} for {where} of rank {t.ndim} is out of range")
             axis %= t.ndim
-            t = _move_axis(t, axis, 0)
+            t = moveaxis(t, axis, 0) if axis else t
             d = t.type.shape[0]
             if first is None:
                 if axis_size is not None:
@@ -155,7 +145,7 @@ def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
             y = _bind("broadcast_to", t, shape=(size,) + tuple(t.type.shape))
         if not -y.ndim <= axis < y.ndim:
             raise ValueError(f"vmap: out_axes {axis} for output {k} of rank {y.ndim - 1} is out of range")
-        results.append(_move_axis(y, 0, axis % y.ndim))
+        results.append(moveaxis(y, 0, axis) if axis % y.ndim else y)
     return optree.tree_unflatten(tree, results)
 
 

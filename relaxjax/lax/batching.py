@@ -10,11 +10,8 @@ does not cover, such as a batched padding value).
 """
 from __future__ import annotations
 
-from ..core import PRIMITIVES, Tracer
-
-
-def bind(name: str, *args, **params):
-    return PRIMITIVES[name].bind(*args, **params)
+from ..core import Tracer
+from .util import bind
 
 
 def batch_size(args, batched):

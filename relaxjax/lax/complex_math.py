@@ -16,10 +16,7 @@ from .. import dtypes as dt
 from ..core import PRIMITIVES
 from ..ir import Literal
 from .complex_parts import Parts, scalar
-
-
-def _bind(name: str, *args, **params):
-    return PRIMITIVES[name].bind(*args, **params)
+from .util import bind as _bind
 
 
 def _add(a, b): return _bind("add", a, b)

@@ -5,8 +5,14 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core import PRIMITIVES
 from ..errors import ShapeError
 from ..shapes import Dim, ShapeEnv, dim_str, free_symbols
+
+
+def bind(name: str, *args, **params):
+    """Primitive ``name`` bound by name (the rules of one module reach another's so)."""
+    return PRIMITIVES[name].bind(*args, **params)
 
 
 def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple:

@@ -59,7 +59,7 @@ class Blocking:
 def blocking(dtype_char: str, vector_bits: int, mr: int | None = None) -> Blocking:
     """Blocking for float32 ("s") or float64 ("d") on ``vector_bits``-wide registers (512:
     32 registers, 24 accumulators of 12 rows x 2 vectors; 256: 16 registers, 12
-    accumulators of 6 x 2).  ``mr``: a shorter micro-tile (``ROW_TILES``) holding as many
+    accumulators of 6 x 2).  ``mr``: a shorter micro-tile (``row_tiles``) holding as many
     accumulators in more vectors per row (8 x 3, 4 x 6, 2 x 12 on 512 bits)."""
     size = 4 if dtype_char == "s" else 8
     ty = "float" if dtype_char == "s" else "double"
@@ -73,7 +73,7 @@ def blocking(dtype_char: str, vector_bits: int, mr: int | None = None) -> Blocki
 
 def row_tiles(vector_bits: int) -> tuple:
     """The micro-tile heights of one vector width, tallest (the default) first: a product
-    of a few rows runs the one that pads its rows least (``select_rows``) — with 12-row
+    of a few rows runs the one that pads its rows least (``gemm_text``'s entry) — with 12-row
     tiles, two rows would spend five sixths of the multiply-adds on padding."""
     return (12, 8, 4, 2) if vector_bits >= 512 else (6, 4, 2)
 
