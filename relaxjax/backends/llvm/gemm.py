@@ -29,8 +29,11 @@ when :func:`use_generated` says the call's shape class runs faster here than in 
 
 :func:`gemm_text` gives the module text of one product function (by element type and
 transposes); :func:`gemm_symbol` its name.  Its ABI is CBLAS's row-major gemm with
-alpha = 1 and beta = 0:  ``void f(i64 M, i64 N, i64 K, ptr A, i64 lda, ptr B, i64 ldb,
-ptr C, i64 ldc)``.
+alpha = 1 and beta = 0, over a batch of products with fixed strides between them (a
+batched product, ``einsum("bhqd,bhkd->bhqk")`` or a ``vmap``'s, is one call, its threads
+splitting the products' tiles, instead of a loop of calls):  ``void f(i64 batch, i64 sa,
+i64 sb, i64 sc, i64 M, i64 N, i64 K, ptr A, i64 lda, ptr B, i64 ldb, ptr C, i64 ldc)``,
+product t reading ``A + t * sa`` and ``B + t * sb`` and writing ``C + t * sc``.
 """
 from __future__ import annotations
 
@@ -321,10 +324,22 @@ def _pack(b: Blocking, name: str, panel: int, contiguous_panel: bool) -> str:
 PACK_B_MIN_ROWS = 48
 
 
-def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: bool) -> str:
+# A is packed when C's band has more columns than this; a narrower band reads A in place
+# (each row panel of A serves only the band's few column tiles, fewer than packing costs:
+# a scalar load and store per element).  Measured on one thread (RESULTS.md, session 11):
+# in place, 64^3 from 71 to 95 GFLOP/s, 128 x 64 @ 64 x 128 94 -> 114, 64 x 1024 @ 1024 x 64
+# 78 -> 112, 256^3 118 -> 132; but 16 x 512 @ 512 x 2048 94 -> 76 (the packed-A kernel
+# prefetches B, which a short band reads in place)
+PACK_A_MIN_COLS = 512
+
+
+def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta: bool, tb: bool) -> str:
     """``name(m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, abuf, bbuf)``: C's rectangle
-    ``[m0, m1) x [n0, n1)`` through the five loops (K >= 1)."""
+    ``[m0, m1) x [n0, n1)`` through the five loops (K >= 1).  ``ukernels``: the
+    micro-kernel on a packed A, and the one reading A in place (its rows, or its columns
+    when ``ta``)."""
     ty = b.ty
+    packed_kernel, inplace_kernel = ukernels
     fn = _Fn(f"define internal void @{name}(i64 %m0, i64 %m1, i64 %n0, i64 %n1, i64 %K, ptr %A, i64 %lda, "
              f"ptr %B, i64 %ldb, ptr %C, i64 %ldc, ptr %abuf, ptr %bbuf) #0")
     if tb:
@@ -332,6 +347,7 @@ def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: b
     else:
         packb = fn.value(f"icmp sgt i64 {fn.value('sub nsw i64 %m1, %m0')}, {PACK_B_MIN_ROWS}")
     bstride = fn.value(f"select i1 {packb}, i64 {b.nr}, i64 %ldb")
+    packa = fn.value(f"icmp sgt i64 {fn.value('sub nsw i64 %n1, %n0')}, {PACK_A_MIN_COLS}")
 
     def jc_loop(jc):
         nleft = fn.value(f"sub nsw i64 %n1, {jc}")
@@ -355,7 +371,12 @@ def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: b
             def ic_loop(ic):
                 mleft = fn.value(f"sub nsw i64 %m1, {ic}")
                 mc = _min(fn, mleft, str(b.mc))
+                packing_a, packed_a = fn.label("packa"), fn.label("packeda")
+                fn.emit(f"br i1 {packa}, label %{packing_a}, label %{packed_a}")
+                fn.start_block(packing_a)
                 fn.emit(f"call void @{pack_a}(ptr %A, i64 %lda, i64 {ic}, i64 {mc}, i64 {pc}, i64 {kc}, ptr %abuf)")
+                fn.emit(f"br label %{packed_a}")
+                fn.start_block(packed_a)
 
                 def jr_loop(jr):
                     cols = _min(fn, fn.value(f"sub nsw i64 {nc}, {jr}"), str(b.nr))
@@ -367,14 +388,25 @@ def _block(b: Blocking, name: str, ukernel: str, pack_a: str, pack_b: str, tb: b
 
                     def ir_loop(ir):
                         rows = _min(fn, fn.value(f"sub nsw i64 {mc}, {ir}"), str(b.mr))
-                        aoff = fn.value(f"mul nsw i64 {ir}, {kc}")
-                        ap = fn.value(f"getelementptr inbounds {ty}, ptr %abuf, i64 {aoff}")
                         row = fn.value(f"add nsw i64 {ic}, {ir}")
                         coff = fn.value(f"mul nsw i64 {row}, %ldc")
                         coff = fn.value(f"add nsw i64 {coff}, {col}")
                         cp = fn.value(f"getelementptr inbounds {ty}, ptr %C, i64 {coff}")
-                        fn.emit(f"call void @{ukernel}(i64 {kc}, ptr {ap}, ptr {bp}, i64 {bstride}, ptr {cp}, i64 %ldc, "
-                                f"i64 {rows}, i64 {cols}, i1 {add})")
+                        tile = f"i64 {kc}, ptr %ap, ptr {bp}, i64 {bstride}, ptr {cp}, i64 %ldc, i64 {rows}, i64 {cols}, i1 {add}"
+                        packed, inplace, stored = fn.label("apacked"), fn.label("ainplace"), fn.label("tiled")
+                        fn.emit(f"br i1 {packa}, label %{packed}, label %{inplace}")
+                        fn.start_block(packed)
+                        ap = fn.value(f"getelementptr inbounds {ty}, ptr %abuf, i64 {fn.value(f'mul nsw i64 {ir}, {kc}')}")
+                        fn.emit(f"call void @{packed_kernel}({tile.replace('%ap', ap)})")
+                        fn.emit(f"br label %{stored}")
+                        fn.start_block(inplace)
+                        # A's element (row, pc + k): A[row * lda + pc + k], or A[(pc + k) * lda + row] when ta
+                        first, k0 = (pc, row) if ta else (row, pc)
+                        at = fn.value(f"add nsw i64 {fn.value(f'mul nsw i64 {first}, %lda')}, {k0}")
+                        ap = fn.value(f"getelementptr inbounds {ty}, ptr %A, i64 {at}")
+                        fn.emit(f"call void @{inplace_kernel}({tile.replace('%ap', ap)}, i64 %lda)")
+                        fn.emit(f"br label %{stored}")
+                        fn.start_block(stored)
                     fn.loop("0", mc, b.mr, ir_loop)
                 fn.loop("0", nc, b.nr, jr_loop)
             fn.loop("%m0", "%m1", b.mc, ic_loop)
@@ -417,9 +449,11 @@ done:
 PARALLEL_MIN_FLOPS = 1 << 21
 
 
-# the product function's arguments (the worker reads them from its context, in this order)
-_ARGS = ("M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
-_TYPES = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
+# the product function's arguments (the worker reads them from its context, in this order):
+# ``batch`` products, the t-th of A + t * sa, B + t * sb into C + t * sc (strides in
+# elements; 0: one operand shared by every product)
+_ARGS = ("batch", "sa", "sb", "sc", "M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
+_TYPES = ("i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
 
 # products of fewer rows than this may run a shorter micro-tile than the default
 # (``row_tiles``); taller ones keep the tile the measured rule was made with
@@ -427,9 +461,11 @@ SHORT_TILE_ROWS = 48
 
 
 def _worker(b: Blocking, name: str, work: str, blk: str) -> str:
-    """``work(ctx)``, run by each thread of the team (or alone): thread t of T computes a
-    band of C's rows (or columns, when C has more column panels than row panels), whole
-    micro-tiles of ``b`` each, through ``blk``."""
+    """``work(ctx)``, run by each thread of the team (or alone): the products' micro-tile
+    bands (rows of C, or columns when C has more column panels than row panels), numbered
+    product by product, split into one contiguous range per thread; thread t of T computes
+    its range's band of each product it meets through ``blk``.  Many small products go
+    whole to the threads; one large product is split between them."""
     args, types = _ARGS, _TYPES
     fn = _Fn(f"define internal void @{work}(ptr %ctx) #0")
     vals = {}
@@ -456,27 +492,43 @@ def _worker(b: Blocking, name: str, work: str, blk: str) -> str:
     tiles = fn.value(f"select i1 {by_rows}, i64 {tiles_m}, i64 {tiles_n}")
     tile = fn.value(f"select i1 {by_rows}, i64 {b.mr}, i64 {b.nr}")
     extent = fn.value(f"select i1 {by_rows}, i64 {M}, i64 {N}")
+    total = fn.value(f"mul nsw i64 {tiles}, {vals['batch']}")
     per = fn.value(f"sub nsw i64 {nt}, 1")
-    per = fn.value(f"sdiv i64 {fn.value(f'add nsw i64 {tiles}, {per}')}, {nt}")
-    per = fn.value(f"mul nsw i64 {per}, {tile}")
-    lo = _min(fn, fn.value(f"mul nsw i64 {tid}, {per}"), extent)
-    hi = _min(fn, fn.value(f"add nsw i64 {lo}, {per}"), extent)
-    m0 = fn.value(f"select i1 {by_rows}, i64 {lo}, i64 0")
-    m1 = fn.value(f"select i1 {by_rows}, i64 {hi}, i64 {M}")
-    n0 = fn.value(f"select i1 {by_rows}, i64 0, i64 {lo}")
-    n1 = fn.value(f"select i1 {by_rows}, i64 {N}, i64 {hi}")
+    per = fn.value(f"sdiv i64 {fn.value(f'add nsw i64 {total}, {per}')}, {nt}")
+    lo = _min(fn, fn.value(f"mul nsw i64 {tid}, {per}"), total)
+    hi = _min(fn, fn.value(f"add nsw i64 {lo}, {per}"), total)
     some = fn.value(f"icmp slt i64 {lo}, {hi}")
     fn.emit(f"br i1 {some}, label %go, label %out")
     fn.start_block("go")
-    # packing buffers: A's MC x KC block, B's KC x min(NC, band) block, 64-byte aligned
-    ncols = _min(fn, fn.value(f"sub nsw i64 {n1}, {n0}"), str(b.nc))
+    # packing buffers: A's MC x KC block, B's KC x min(NC, N) block, 64-byte aligned
+    ncols = _min(fn, N, str(b.nc))
     ncols = fn.value(f"mul nsw i64 {_ceil_div(fn, ncols, b.nr)}, {b.nr}")
     bbytes = fn.value(f"mul nsw i64 {ncols}, {b.kc * b.size}")
     abuf = fn.value(f"call ptr @{name}.buffer(ptr @{name}.abuf, i64 {b.mc * b.kc * b.size})")
     bbuf = fn.value(f"call ptr @{name}.buffer(ptr @{name}.bbuf, i64 {bbytes})")
-    fn.emit(f"call void @{blk}(i64 {m0}, i64 {m1}, i64 {n0}, i64 {n1}, i64 {vals['K']}, ptr {vals['A']}, "
-            f"i64 {vals['lda']}, ptr {vals['B']}, i64 {vals['ldb']}, ptr {vals['C']}, i64 {vals['ldc']}, "
-            f"ptr {abuf}, ptr {bbuf})")
+    first = fn.value(f"sdiv i64 {lo}, {tiles}")
+    last = fn.value(f"sdiv i64 {fn.value(f'sub nsw i64 {hi}, 1')}, {tiles}")
+    stop = fn.value(f"add nsw i64 {last}, 1")
+
+    def per_product(t):
+        # this thread's tiles of product t: [lo, hi) less the products before t
+        base = fn.value(f"mul nsw i64 {t}, {tiles}")
+        t0 = fn.value(f"call i64 @llvm.smax.i64(i64 {fn.value(f'sub nsw i64 {lo}, {base}')}, i64 0)")
+        t1 = _min(fn, fn.value(f"sub nsw i64 {hi}, {base}"), tiles)
+        b0 = fn.value(f"mul nsw i64 {t0}, {tile}")
+        b1 = _min(fn, fn.value(f"mul nsw i64 {t1}, {tile}"), extent)
+        m0 = fn.value(f"select i1 {by_rows}, i64 {b0}, i64 0")
+        m1 = fn.value(f"select i1 {by_rows}, i64 {b1}, i64 {M}")
+        n0 = fn.value(f"select i1 {by_rows}, i64 0, i64 {b0}")
+        n1 = fn.value(f"select i1 {by_rows}, i64 {N}, i64 {b1}")
+        ptrs = []
+        for p, s in (("A", "sa"), ("B", "sb"), ("C", "sc")):
+            off = fn.value(f"mul nsw i64 {t}, {vals[s]}")
+            ptrs.append(fn.value(f"getelementptr inbounds {b.ty}, ptr {vals[p]}, i64 {off}"))
+        fn.emit(f"call void @{blk}(i64 {m0}, i64 {m1}, i64 {n0}, i64 {n1}, i64 {vals['K']}, ptr {ptrs[0]}, "
+                f"i64 {vals['lda']}, ptr {ptrs[1]}, i64 {vals['ldb']}, ptr {ptrs[2]}, i64 {vals['ldc']}, "
+                f"ptr {abuf}, ptr {bbuf})")
+    fn.loop(first, stop, 1, per_product)
     fn.emit("br label %out")
     fn.start_block("out")
     fn.emit("ret void")
@@ -495,26 +547,33 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     for mr in row_tiles(vector_bits):
         b = blocking(dtype_char, vector_bits, mr)
         tag = "" if not workers else f".r{mr}"
-        uk, pa, pb, blk, work = (f"{name}.{s}{tag}" for s in ("ukernel", "pack_a", "pack_b", "block", "omp"))
-        parts += [_micro_kernel(b, uk), _pack(b, pa, b.mr, contiguous_panel=ta),
-                  _pack(b, pb, b.nr, contiguous_panel=not tb), _block(b, blk, uk, pa, pb, tb),
-                  _worker(b, name, work, blk)]
+        uk, uka, pa, pb, blk, work = (f"{name}.{s}{tag}" for s in
+                                      ("ukernel", "ukernel_a", "pack_a", "pack_b", "block", "omp"))
+        parts += [_micro_kernel(b, uk), _micro_kernel(b, uka, "columns" if ta else "rows"),
+                  _pack(b, pa, b.mr, contiguous_panel=ta), _pack(b, pb, b.nr, contiguous_panel=not tb),
+                  _block(b, blk, (uk, uka), pa, pb, ta, tb), _worker(b, name, work, blk)]
         workers.append((mr, work))
     parts.append(_buffers(name))
 
     # the entry: C = 0 when K == 0; else the worker on one thread or the team
     fn = _Fn(f"define void @{name}(" + ", ".join(f"{t} %{a}" for a, t in zip(args, types)) + ")")
     mn = fn.value("mul nsw i64 %M, %N")
+    mn = fn.value(f"mul nsw i64 {mn}, %batch")
     empty = fn.value(f"icmp sle i64 {mn}, 0")
     fn.emit("br i1 " + empty + ", label %out, label %nonempty")
     fn.start_block("nonempty")
     nok = fn.value("icmp sle i64 %K, 0")
     fn.emit(f"br i1 {nok}, label %zero, label %product")
     fn.start_block("zero")
-    def zero_row(i):
-        row = fn.value(f"getelementptr inbounds {b.ty}, ptr %C, i64 {fn.value(f'mul nsw i64 {i}, %ldc')}")
-        fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.value(f'mul nsw i64 %N, {b.size}')}, i1 false)")
-    fn.loop("0", "%M", 1, zero_row)
+
+    def zero_product(t):
+        c = fn.value(f"getelementptr inbounds {b.ty}, ptr %C, i64 {fn.value(f'mul nsw i64 {t}, %sc')}")
+
+        def zero_row(i):
+            row = fn.value(f"getelementptr inbounds {b.ty}, ptr {c}, i64 {fn.value(f'mul nsw i64 {i}, %ldc')}")
+            fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.value(f'mul nsw i64 %N, {b.size}')}, i1 false)")
+        fn.loop("0", "%M", 1, zero_row)
+    fn.loop("0", "%batch", 1, zero_product)
     fn.emit("br label %out")
     fn.start_block("product")
     # the arguments, the fork's cycle count and the late flag
@@ -571,7 +630,8 @@ def team_wanted(fn: _Fn, big: str, now: str) -> tuple[str, str]:
 
 # what a module holding gemm functions declares once (besides the runtime globals)
 DECLARATIONS = frozenset({
-    "declare i64 @llvm.smin.i64(i64, i64)", "declare i32 @omp_get_thread_num()",
+    "declare i64 @llvm.smin.i64(i64, i64)", "declare i64 @llvm.smax.i64(i64, i64)",
+    "declare i32 @omp_get_thread_num()",
     "declare i32 @omp_get_num_threads()", "declare void @GOMP_parallel(ptr, ptr, i32, i32)",
     "declare ptr @aligned_alloc(i64, i64)", "declare void @free(ptr)", "declare i64 @llvm.readcyclecounter()",
     "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
@@ -611,10 +671,17 @@ def module_text(variant: str, vector_bits: int) -> str:
 #   within 8 MiB; past that, B streams from memory, and float32 products of up to 16 rows
 #   stay generated (8 x 8192 @ 8192 x 8192: 49 against 30 GFLOP/s), the rest are BLAS's
 #   (32 rows of float32, float64: OpenBLAS 1.2-1.4x);
+# - a batch of products in one call (``batch`` >= 2, from 16**3 to 2**26 multiply-adds
+#   each, more than one row): generated, its threads over the products' tiles where a loop
+#   of BLAS calls forks per product or runs each on one core (float32, 2 threads: 128 x
+#   64 @ 64 x 128 1.8x, 64**3 1.3x, 128**3 1.8x, 4 x 256 @ 256 x 256 1.8x, 32**3 1.1x;
+#   8**3 0.8x and 512**3 1.0x stay with the loop);
 # - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
 # Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
 # on such a host; on this one it runs at 0.75-0.85x).
 MIN_GENERATED_MACS = 1 << 19
+BATCHED_MIN_MACS = 1 << 12
+BATCHED_MAX_MACS = 1 << 26
 SHALLOW_K = 64
 SHORT_M = 32
 SHORT_MAX_B_BYTES = 8 << 20
@@ -623,10 +690,14 @@ NARROW_N = 64
 
 
 def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int | None,
-                      K: int | None) -> bool:
-    """Whether some product of shape ``(M, K) @ (K, N)`` runs the generated code (see
-    above); None: a size known only at run time.  A call site that never can does not
-    emit the branch, nor make its executable load the generated product."""
+                      K: int | None, batched: bool = False) -> bool:
+    """Whether some product of shape ``(M, K) @ (K, N)`` (``batched``: some batch of
+    them) runs the generated code (see above); None: a size known only at run time.  A
+    call site that never can does not emit the branch, nor make its executable load the
+    generated product."""
+    if batched and vector_bits >= 512 and M != 1 and \
+            (None in (M, N, K) or BATCHED_MIN_MACS <= M * N * K < BATCHED_MAX_MACS):
+        return True
     if vector_bits < 512 or (N is not None and N <= NARROW_N) or M == 1:
         return False
     if None in (M, N, K):
@@ -636,12 +707,20 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
     return M * N * K >= MIN_GENERATED_MACS and (K <= SHALLOW_K or short)
 
 
-def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str) -> str:
+def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str,
+                  batch: str | None = None) -> str:
     """The i1 (``val(instr)`` emits an instruction and gives its value) saying whether a
-    product of run-time shape ``(M, K) @ (K, N)`` runs the generated code (see above)."""
+    product of run-time shape ``(M, K) @ (K, N)`` (``batch``: that many of them, in one
+    call) runs the generated code (see above)."""
     if vector_bits < 512:
         return "false"
     macs = val(f"mul i64 {val(f'mul i64 {M}, {N}')}, {K}")
+    if batch is not None:
+        batched = val(f"and i1 {val(f'icmp sge i64 {batch}, 2')}, {val(f'icmp sgt i64 {M}, 1')}")
+        sized = val(f"and i1 {val(f'icmp sge i64 {macs}, {BATCHED_MIN_MACS}')}, "
+                    f"{val(f'icmp slt i64 {macs}, {BATCHED_MAX_MACS}')}")
+        one = use_generated(val, dtype_char, vector_bits, M, N, K)
+        return val(f"or i1 {val(f'and i1 {batched}, {sized}')}, {one}")
     big = val(f"icmp sge i64 {macs}, {MIN_GENERATED_MACS}")
     wide = val(f"icmp sgt i64 {N}, {NARROW_N}")
     shallow = val(f"icmp sle i64 {K}, {SHALLOW_K}")

@@ -49,6 +49,25 @@ def check_object_layout() -> None:
                            "(tuple items at 24, array data at 16); use backend='numpy'")
 
 
+def _batch_strides(out_shape, a_shape, b_shape) -> tuple | None:
+    """The strides (elements, TIR expressions) between consecutive products of a batched
+    matmul's contiguous operands and output, when each operand either has the output's
+    batch dims (a matrix per product) or none but ones (one matrix for all: stride 0);
+    None for any other broadcast (such as (b, 1, m, k) @ (1, h, k, n)), which the
+    per-product loop reads."""
+    nb = len(out_shape) - 2
+    strides = []
+    for shape in (a_shape, b_shape, out_shape):
+        batch = tuple(shape[:-2])
+        if len(batch) == nb and all(d == o for d, o in zip(batch, out_shape[:nb])):
+            strides.append(from_sympy(shape[-2]) * from_sympy(shape[-1]))
+        elif all(isinstance(d, int) and d == 1 for d in batch):
+            strides.append(Const(0, INDEX))
+        else:
+            return None
+    return tuple(strides)
+
+
 @dataclass
 class Segment:
     name: str
@@ -325,6 +344,31 @@ class SegmentEmitter(KernelEmitter):
         if nb == 0:
             call(pa, pb, pc)
             return
+        total = Const(1, INDEX)
+        for d in osh[:nb]:
+            total = total * from_sympy(d)
+        strides = _batch_strides(osh, ash, bsh)
+        skip = None
+        if letter in "sd" and strides is not None and self.generated_products and \
+                gemm.may_use_generated(letter, target.vector_bits(), *(
+                    int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)), batched=True):
+            # one call of the generated product over the whole batch, where the rule says
+            variant = gemm.gemm_symbol(letter, ta, tb)
+            self.gemms_used.add(variant)
+            ptr = "@" + gemm.pointer_symbol(variant)
+            self.helpers_used.add(f"{ptr} = external global ptr")
+            count = self._expr(total)
+            use = gemm.use_generated(lambda instr: fn.val("i1", instr), letter, target.vector_bits(),
+                                     M, N, K, batch=count)
+            gen, loop, skip = fn.label("bgen"), fn.label("bloop"), fn.label("bdone")
+            fn.emit(f"br i1 {use}, label %{gen}, label %{loop}")
+            fn.start_block(gen)
+            sa, sb, sc = (self._expr(x) for x in strides)
+            g = fn.val("ptr", f"load ptr, ptr {ptr}")
+            fn.emit(f"call void {g}(i64 {count}, i64 {sa}, i64 {sb}, i64 {sc}, i64 {M}, i64 {N}, i64 {K}, "
+                    f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc})")
+            fn.emit(f"br label %{skip}")
+            fn.start_block(loop)
         # batch loop: t over the output's batch elements; operands broadcast their batch dims
         t = tir.Var("t")
         bidx, rest = [], t
@@ -342,9 +386,6 @@ class SegmentEmitter(KernelEmitter):
                     off = off + bidx[lead + k] * stride
                 stride = stride * from_sympy(d)
             return off
-        total = Const(1, INDEX)
-        for d in osh[:nb]:
-            total = total * from_sympy(d)
         # the loop is emitted by hand around the call (a call is not a TIR statement)
         pre = fn.block
         head, body, done = fn.label("gemm"), fn.label("gbody"), fn.label("gdone")
@@ -371,6 +412,9 @@ class SegmentEmitter(KernelEmitter):
         fn.emit(f"br label %{head}")
         fn.start_block(done)
         del self.env["t"]
+        if skip is not None:
+            fn.emit(f"br label %{skip}")
+            fn.start_block(skip)
 
     def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
@@ -398,8 +442,8 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
             fn.start_block(gen)
             g = fn.val("ptr", f"load ptr, ptr {ptr}")
-            fn.emit(f"call void {g}(i64 {M}, i64 {N}, i64 {K}, ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, "
-                    f"ptr {pc}, i64 {ldc})")
+            fn.emit(f"call void {g}(i64 1, i64 0, i64 0, i64 0, i64 {M}, i64 {N}, i64 {K}, ptr {pa}, "
+                    f"i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc})")
             fn.emit(f"br label %{no}")
             fn.start_block(lib)
         gemv = f"{sym[:-2]}mv"           # @rj_blas_sgemm -> @rj_blas_sgemv
