@@ -5,8 +5,9 @@ once on tracers of one example's shape (the batched inputs' first examples), its
 are recorded as they are emitted, then each recorded binding that reads a batched value is
 emitted again for the whole batch by its primitive's batching rule (``Primitive.batch``,
 defined with the primitive in ``relaxjax.lax``; see ``lax.batching``).  A binding without a
-rule (gathers, scatters, loops, library calls) runs once per example inside a ``lax.map``
-loop: correct for every primitive, vectorized where a rule exists.  The one-example bindings
+rule (scatters, library calls) runs once per example inside a ``lax.map`` loop: correct for
+every primitive, vectorized where a rule exists.  Loops and ``cond`` batch their regions
+(``lax.control_flow_batching``): a batched ``while_loop`` runs until every example is done.  The one-example bindings
 are left unused and removed with the rest of the dead code.
 
 The batch size is whatever the batched axes say, a symbolic dim like any other: under
@@ -22,18 +23,14 @@ from typing import Any, Callable
 import optree
 
 from .core import Tracer, current_trace, find_trace
-from .ir import Binding, Var
+from .ir import Var
 from .jit import traced_or_jitted
 from .lax.util import bind as _bind
-from .lax.control_flow import map as lax_map
+from .lax.control_flow_batching import batch_binding
 from .numpy import moveaxis
 from .shapes import dim_str
 
 __all__ = ["vmap"]
-
-# primitives whose result's size depends on each example's values: the examples' results
-# could not be stacked into one array
-_RAGGED = {"nonzero", "boolean_mask", "iota_count", "match_cast"}
 
 
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: Any = None) -> Callable:
@@ -117,7 +114,7 @@ def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
         if not any(flags):
             continue                    # the same for every example: kept as it is
         operands = [value[a] if f else Tracer(ctx, a) for a, f in zip(b.args, flags)]
-        for v, y in zip(b.outvars, _batch_binding(b, operands, flags)):
+        for v, y in zip(b.outvars, batch_binding(b, operands, flags)):
             value[v] = y
             if v in ctx.stopped:
                 ctx.stopped.add(y.atom)
@@ -147,42 +144,3 @@ def _vmap_traced(fun: Callable, args: tuple, in_axes, out_axes, axis_size):
             raise ValueError(f"vmap: out_axes {axis} for output {k} of rank {y.ndim - 1} is out of range")
         results.append(moveaxis(y, 0, axis) if axis % y.ndim else y)
     return optree.tree_unflatten(tree, results)
-
-
-def _batch_binding(b: Binding, operands: list, flags: list) -> list:
-    """The results of binding ``b`` for the whole batch (``operands``: flagged ones batched)."""
-    if b.kind == "primitive":
-        prim = b.callee
-        if prim.name in _RAGGED:
-            raise NotImplementedError(
-                f"vmap of {prim.name}: the size of its result depends on each example's values, "
-                f"so the examples' results cannot be stacked into one array (JAX refuses it too); "
-                f"use a fixed-size form (e.g. where() instead of a boolean mask)")
-        rule = getattr(prim, "batch", None)
-        got = rule(operands, flags, **b.params) if rule is not None else None
-        if got is not None:
-            return list(got) if prim.multiple_results else [got]
-    return _per_example(b, operands, flags)
-
-
-def _per_example(b: Binding, operands: list, flags: list) -> list:
-    """``b`` once per example, in a loop over the batch (``lax.map``)."""
-    idx = [k for k, f in enumerate(flags) if f]
-
-    def one(xs):
-        args = list(operands)
-        for k, x in zip(idx, xs):
-            args[k] = x
-        return _rebind(b, args)
-    return list(lax_map(one, [operands[k] for k in idx]))
-
-
-def _rebind(b: Binding, args: list) -> list:
-    """Binding ``b`` emitted again on ``args`` (tracers of the same types) in the active trace."""
-    if b.kind == "primitive":
-        got = b.callee.bind(*args, **b.params)
-        return list(got) if b.callee.multiple_results else [got]
-    ctx = current_trace()
-    outvars = [Var(v.type) for v in b.outvars]
-    ctx.bindings.append(Binding(outvars, b.callee, [ctx.atom(a) for a in args], b.params, b.source))
-    return [Tracer(ctx, v) for v in outvars]

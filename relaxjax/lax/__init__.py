@@ -12,4 +12,5 @@ from .linalg import matmul  # noqa: F401
 from .complex_parts import real, imag, complex  # noqa: F401
 from .sorting import sort, argsort  # noqa: F401
 from .control_flow import fori_loop, while_loop, scan, map, cond, switch  # noqa: F401
+from . import control_flow_batching  # noqa: F401  (the loops' and cond's batching rules)
 from ..core import PRIMITIVES, Primitive, bind  # noqa: F401
