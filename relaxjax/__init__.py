@@ -14,7 +14,8 @@ from .jit import CacheInfo, Compiled, Jitted, Lowered, jit, make_ir
 from .ir import IRModule, Function, TensorType
 from .library import register_library
 from .frontend import call_library, match_cast
-from .ad import custom_vjp, grad, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp
+from .ad import grad, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp
+from .ad_custom import checkpoint, custom_jvp, custom_vjp, remat
 from .vmap import vmap
 from . import numpy, nn, lax, compile  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
@@ -46,4 +47,4 @@ __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", 
            "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
            "uint32", "uint64", "clear_cache", "call_library", "register_library", "grad",
-           "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "stop_gradient", "custom_vjp", "vmap"]
+           "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "stop_gradient", "custom_vjp", "custom_jvp", "checkpoint", "remat", "vmap"]

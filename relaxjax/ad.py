@@ -1,5 +1,6 @@
 """Differentiation with JAX's names and semantics: ``vjp``, ``grad``, ``value_and_grad``,
-``jvp``, ``custom_vjp`` and ``stop_gradient``.
+``jvp`` and ``stop_gradient`` (``custom_vjp``, ``custom_jvp`` and ``checkpoint`` are in
+``ad_custom``).
 
 An interpreter over the traced program, run backwards (autodidax's design): the function
 runs on the trace's tracers, its bindings are recorded as they are emitted, then cotangents
@@ -31,7 +32,6 @@ Not yet here (each raises an error that names it): derivatives of cumprod/cummax
 from __future__ import annotations
 
 import functools
-import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -47,7 +47,7 @@ from .library import attention_name
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
-__all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacfwd", "jacrev", "stop_gradient", "custom_vjp"]
+__all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacfwd", "jacrev", "stop_gradient"]
 
 
 def _leaves(tree) -> tuple[list, Any]:
@@ -315,104 +315,6 @@ def stop_gradient(x):
             leaf.ctx.stopped.add(leaf.atom)
         out.append(leaf)
     return optree.tree_unflatten(tree, out)
-
-
-class custom_vjp:
-    """A function with its own reverse-mode rule, like ``jax.custom_vjp``::
-
-        @rj.custom_vjp
-        def f(x, y): ...
-        def f_fwd(x, y): return f(x, y), residuals
-        def f_bwd(residuals, g): return (gx, gy)      # one per argument not in nondiff_argnums
-        f.defvjp(f_fwd, f_bwd)
-
-    Differentiated (``grad``, ``vjp``, ``jvp``), a call runs ``fwd`` and the cotangents of
-    its outputs reach the arguments only through ``bwd`` (a function calling loop-level
-    programs or library calls, which have no rules, is differentiable this way).  Otherwise
-    ``f`` runs as written.  The arguments in ``nondiff_argnums`` come first to ``bwd`` and
-    take no cotangent."""
-
-    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
-        functools.update_wrapper(self, fun)
-        self.fun, self.nondiff = fun, tuple(nondiff_argnums)
-        self.fwd = self.bwd = None
-        self._in_fwd = threading.local()    # fwd calling the function runs it as written
-
-    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
-        self.fwd, self.bwd = fwd, bwd
-
-    def __call__(self, *args):
-        ctx = current_trace()
-        if ctx is None or find_trace(list(args)) is None or getattr(self._in_fwd, "on", False):
-            return self.fun(*args)
-        if self.fwd is None:
-            raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', self.fun)!r} has no "
-                            f"rule: call its defvjp(fwd, bwd) first")
-        self._in_fwd.on = True
-        try:
-            got = self.fwd(*args)
-        finally:
-            self._in_fwd.on = False
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise TypeError("custom_vjp: fwd must return a pair (output, residuals)")
-        out, residuals = got
-        outs, tree = _leaves(out)
-        call = _CustomCall(self, args, residuals, tree, outs)
-        marked = []
-        for k, o in enumerate(outs):
-            if isinstance(o, Tracer) and o.ctx is ctx and dt.is_float(o.dtype):
-                o = PRIMITIVES["convert"].bind(o, dtype=o.dtype, weak=o.weak_type)
-                ctx.custom_vjps[o.atom] = (call, k)
-            marked.append(o)
-        return optree.tree_unflatten(tree, marked)
-
-
-class _CustomCall:
-    """One traced call of a ``custom_vjp`` function: the cotangents of its outputs gather
-    here as the backward pass meets them (the outputs' bindings run in reverse order, so
-    the first output comes last), then ``bwd`` gives the arguments' cotangents."""
-
-    def __init__(self, fn: custom_vjp, args: tuple, residuals, tree, outs: list):
-        self.fn, self.args, self.residuals, self.tree, self.outs = fn, args, residuals, tree, outs
-        self.cts: dict = {}
-        self.waiting = {k for k, o in enumerate(outs) if isinstance(o, Tracer) and dt.is_float(o.dtype)}
-
-    def take(self, k: int, c: Tracer) -> list:
-        """Record output ``k``'s cotangent; once every float output has been met, the
-        (argument Var, cotangent) pairs from ``bwd`` (else none yet)."""
-        self.cts[k] = c
-        self.waiting.discard(k)
-        if self.waiting:
-            return []
-        cts = [self.cts[j] if j in self.cts else zeros_like(o) if isinstance(o, Tracer) else np.zeros_like(o)
-               for j, o in enumerate(self.outs)]
-        nondiff = [self.args[n] for n in self.fn.nondiff]
-        got = self.fn.bwd(*nondiff, self.residuals, optree.tree_unflatten(self.tree, cts))
-        diff = [a for n, a in enumerate(self.args) if n not in self.fn.nondiff]
-        if not isinstance(got, (tuple, list)) or len(got) != len(diff):
-            raise TypeError(f"custom_vjp: bwd must return a tuple of {len(diff)} cotangents (one "
-                            f"per differentiable argument); it returned {type(got).__name__}"
-                            + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
-        pairs = []
-        for n, (a, g) in enumerate(zip(diff, got)):
-            a_leaves, a_tree = _leaves(a)
-            g_leaves, g_tree = _leaves(g) if g is not None else ([None] * len(a_leaves), a_tree)
-            if g_tree != a_tree:
-                raise ValueError(f"custom_vjp: bwd's cotangent {n} has structure {g_tree}; the "
-                                 f"argument has {a_tree}")
-            for j, (x, c) in enumerate(zip(a_leaves, g_leaves)):
-                if isinstance(x, Tracer) and isinstance(x.atom, Var) and c is not None:
-                    c = c if isinstance(c, Tracer) else Tracer(x.ctx, x.ctx.atom(np.asarray(c, x.dtype)))
-                    what = f"custom_vjp: bwd's cotangent {n}" + (f" leaf {j}" if len(a_leaves) > 1 else "")
-                    if c.ndim != x.ndim:
-                        raise ValueError(f"{what} has shape {tuple(c.type.shape)}; the argument has "
-                                         f"{tuple(x.type.shape)}")
-                    for ax, (cd, xd) in enumerate(zip(c.type.shape, x.type.shape)):
-                        x.ctx.env.require_eq(cd, xd, f"{what} axis {ax} against the argument's")
-                    if c.dtype != x.dtype:
-                        c = PRIMITIVES["convert"].bind(c, dtype=x.dtype, weak=False)
-                    pairs.append((x.atom, c))
-        return pairs
 
 
 def _require_like(v: Tracer, like: Tracer, what: str, whose: str) -> None:

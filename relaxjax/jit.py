@@ -226,8 +226,10 @@ class Jitted:
         if not callable(fun):
             raise TypeError(f"jit: expected a function or other callable, got {fun!r} "
                             f"of type {type(fun).__name__}")
-        self.fun = fun
         functools.update_wrapper(self, fun)
+        # after update_wrapper, which copies ``fun.__dict__`` (a wrapper of a custom_vjp
+        # function carries that object's own ``fun``)
+        self.fun = fun
         # a callable object or a functools.partial has no __name__: messages and the traced
         # function's name use its type's
         self.__name__ = getattr(fun, "__name__", None) or type(fun).__name__

@@ -233,7 +233,7 @@ def is_finite_rule(z: Parts):
     return _and(_bind("is_finite", z.re), _bind("is_finite", z.im))
 
 
-def convert_rule(x, *, dtype, weak=False):
+def convert_rule(x, *, dtype, weak=False, barrier=False):
     """Between complex dtypes part by part; a real value becomes the real part (imaginary
     part 0); a complex one converts to bool as ``z != 0`` and to a real dtype by its real
     part (NumPy's astype, which warns that it drops the imaginary part)."""

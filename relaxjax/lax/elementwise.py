@@ -161,16 +161,18 @@ select = Primitive("select", shape_rule=_select_shape, dtype_rule=_select_dtype,
                    weak_rule=lambda p, a, b: a.weak and b.weak, complex_rule=by_parts("select"))
 
 
-def convert_reference(x, *, dtype, weak=False):
+def convert_reference(x, *, dtype, weak=False, barrier=False):
     with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
         # complex -> real keeps the real part (the numpy layer's astype warns, as NumPy)
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         return x.astype(dtype)
 
 
+# ``barrier=True``: a copy canonicalization neither folds (same dtype) nor lets CSE merge
+# with the value it reads (``checkpoint``'s recomputation reads its inputs so)
 convert = Primitive("convert", shape_rule=lambda env, x, **p: x.shape,
-                    dtype_rule=lambda x, *, dtype, weak=False: dtype, impl=convert_reference,
-                    kind="elementwise", weak_rule=lambda x, *, dtype, weak=False: weak,
+                    dtype_rule=lambda x, *, dtype, weak=False, barrier=False: dtype, impl=convert_reference,
+                    kind="elementwise", weak_rule=lambda x, *, dtype, weak=False, barrier=False: weak,
                     complex_rule=cm.convert_rule)
 
 
@@ -269,7 +271,7 @@ def _select_vjp(ct, p, a, b, *, out):
     return None, au.unbroadcast(select.bind(p, ct, zero), a), au.unbroadcast(select.bind(p, zero, ct), b)
 
 
-def _convert_vjp(ct, x, *, out, dtype, weak=False):
+def _convert_vjp(ct, x, *, out, dtype, weak=False, barrier=False):
     if not (dt.is_float(x.dtype) and dt.is_float(np.dtype(dtype))):
         return (au.zeros_like(x) if dt.is_float(x.dtype) else None,)
     return (convert.bind(ct, dtype=x.dtype, weak=x.weak_type),)

@@ -80,7 +80,8 @@ def _identity_operand(b: Binding, defs: dict) -> Any:
         if inner is not None and inner.callee.name == name:
             return inner.args[0]
     elif name == "convert" and len(args) == 1:
-        if "dtype" in b.params and np.dtype(b.params["dtype"]) == args[0].type.dtype:
+        if "dtype" in b.params and np.dtype(b.params["dtype"]) == args[0].type.dtype and \
+                not b.params.get("barrier"):
             return args[0]
     elif name in ("broadcast_to", "reshape") and len(args) == 1:
         return args[0]              # the shape check below decides
