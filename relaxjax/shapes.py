@@ -744,6 +744,18 @@ class SymbolicDim:
         return (numpy_int_dim if isinstance(self, NumpyIntDim) else wrap_dim)(normalize(-self.expr), self.bounds)
     def __pos__(self): return self
 
+    def __abs__(self):
+        """``abs(d)``: ``d`` where its bounds say it is never negative (a dim's size), ``-d``
+        where never positive."""
+        lo, hi = interval(self.expr, self.bounds)
+        if lo >= 0:
+            return self
+        if hi <= 0:
+            return -self
+        raise InconclusiveDimensionError(
+            f"abs({dim_str(self.expr)}): the sign of the dim expression is not known from its "
+            f"bounds ({lo} to {hi}); compare it first (an if on it adds a guard)")
+
     # -- comparisons ---------------------------------------------------------------------
     def _cmp(self, other, op):
         if isinstance(other, SymbolicDim):

@@ -160,3 +160,13 @@ def test_the_batched_rule_by_shape_class(case):
     assert rule(batch, m, n, k) == BATCHED_RULE[case]
     if BATCHED_RULE[case]:      # the compile-time rule never says no where the run-time one says yes
         assert gemm.may_use_generated(letter, 512, m, n, k, batched=True)
+
+
+@pytest.mark.parametrize("name", ["t", "gemm"])
+def test_a_dim_named_like_the_batch_counter(name):
+    """The batched loop's counter is no dim's name (a dim ``t`` was overwritten by it)."""
+    S = rj.ShapeDtypeStruct
+    rng = np.random.default_rng(0)
+    p, v = rng.standard_normal((3, 5, 4)).astype(np.float32), rng.standard_normal((3, 4, 8)).astype(np.float32)
+    f = rj.jit(lambda p, v: p @ v * 2.0, shapes=(S(("b", name, "s"), "float32"), S(("b", "s", 8), "float32")))
+    np.testing.assert_allclose(f(p, v), 2 * (p.astype(np.float64) @ v), rtol=1e-5, atol=1e-5)

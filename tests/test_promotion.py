@@ -90,3 +90,23 @@ def test_numpy_ufuncs_on_dims_outside_a_trace():
     assert str(n * np.int32(3) + np.int64(1)) == "n * 3 + 1"
     with pytest.raises(TypeError, match="symbolic dim n can only be used as a value inside"):
         np.sqrt(n)
+
+
+def test_python_operators_on_dims_stay_weak_numpy_functions_are_strong():
+    """As the README says: ``x / x.shape[-1] ** 0.5`` and ``x * abs(x.shape[-1])`` stay
+    float32 (a dim is a weak Python number); ``rnp.sqrt(n)`` is a strong float64, as
+    NumPy's ``np.sqrt(4)``."""
+    import relaxjax.numpy as rnp
+    x = np.ones(4, np.float32)
+    for f, dtype, value in ((lambda x: x / x.shape[-1] ** 0.5, np.float32, 0.5),
+                            (lambda x: x * abs(x.shape[-1]), np.float32, 4.0),
+                            (lambda x: x * abs(-x.shape[-1]), np.float32, 4.0),
+                            (lambda x: x * rnp.sqrt(x.shape[-1]), np.float64, 2.0)):
+        got = rj.jit(f)(x)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, value)
+
+
+def test_abs_of_a_dim_of_unknown_sign_says_so():
+    with pytest.raises(rj.InconclusiveDimensionError, match="sign of the dim expression"):
+        rj.jit(lambda x, y: x * abs(x.shape[0] - y.shape[0]))(np.ones(3), np.ones(2))

@@ -33,6 +33,10 @@ SYRKS = ("blas.ssyrk", "blas.dsyrk", "blas.ssyrk_tn", "blas.dsyrk_tn")
 # it: the call's position + 1 << 32, as for a failing library call)
 INDEX_ERROR = 1 << 62
 
+# the batched gemm loop's counter in TIR expressions: a name no dim can have (a dim ``t``
+# took its place before)
+BATCH_COUNTER = "gemm.t"
+
 # CPython's tuple keeps its items after a 24-byte header; NumPy's array object keeps its data
 # pointer 16 bytes in.  ``check_object_layout`` verifies both at start-up.
 TUPLE_ITEMS_OFFSET = 24
@@ -127,7 +131,7 @@ class SegmentEmitter(KernelEmitter):
     def emit(self) -> str:
         fn = self.fn = _Fn()
         self.env = {}
-        self.nonneg_vars = set(self.dim_slot) | {"t"}    # dims and the batch counter
+        self.nonneg_vars = set(self.dim_slot) | {BATCH_COUNTER}    # dims and the batch counter
         self._nonneg_memo = {}
         p = fn.val("ptr", f"getelementptr i8, ptr %dims, i64 {ARRAY_DATA_OFFSET}")
         dims = fn.val("ptr", f"load ptr, ptr {p}")
@@ -370,7 +374,7 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br label %{skip}")
             fn.start_block(loop)
         # batch loop: t over the output's batch elements; operands broadcast their batch dims
-        t = tir.Var("t")
+        t = tir.Var(BATCH_COUNTER)
         bidx, rest = [], t
         for d in reversed(osh[:nb]):
             bidx.append(rest % from_sympy(d))
@@ -400,7 +404,7 @@ class SegmentEmitter(KernelEmitter):
         c = fn.val("i1", f"icmp slt i64 {i}, {ext}")
         fn.emit(f"br i1 {c}, label %{body}, label %{done}")
         fn.start_block(body)
-        self.env["t"] = i
+        self.env[BATCH_COUNTER] = i
         ptrs = []
         for p, shape in ((pa, ash), (pb, bsh), (pc, osh)):
             off = self._expr(offset(shape))
@@ -411,7 +415,7 @@ class SegmentEmitter(KernelEmitter):
         fn.emit(f"{nxt} = add nsw i64 {i}, 1")
         fn.emit(f"br label %{head}")
         fn.start_block(done)
-        del self.env["t"]
+        del self.env[BATCH_COUNTER]
         if skip is not None:
             fn.emit(f"br label %{skip}")
             fn.start_block(skip)
