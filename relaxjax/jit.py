@@ -218,6 +218,22 @@ class Compiled:
         return self._jitted._run(self._entry, dims, call)
 
 
+def _fast_key(args: tuple) -> tuple:
+    """(the fast path's key, the arrays in order) of positional arguments that are NumPy
+    arrays or pytrees of them (a model's parameters in dicts): their dtypes and ranks, and
+    the pytree's structure; (None, None) for anything else, which takes the full path."""
+    try:
+        key = tuple([(a.dtype, a.ndim) for a in args if type(a) is np.ndarray])
+    except AttributeError:
+        key = ()
+    if len(key) == len(args):
+        return key, args
+    leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
+    if not all([type(a) is np.ndarray for a in leaves]):
+        return None, None
+    return (tree, tuple([(a.dtype, a.ndim) for a in leaves])), leaves
+
+
 class Jitted:
     """The object ``jit`` returns.  See :func:`jit`."""
 
@@ -303,22 +319,19 @@ class Jitted:
 
     def __call__(self, *args, **kwargs):
         if not kwargs and len(args) == self._fast_arity:
-            try:
-                key = tuple([(a.dtype, a.ndim) for a in args if type(a) is np.ndarray])
-            except AttributeError:
-                key = ()
-            if len(key) == len(args):
-                shapes = tuple([a.shape for a in args])
+            key, arrays = _fast_key(args)
+            if key is not None:
+                shapes = tuple([a.shape for a in arrays])
                 entry = self._exact.get((key, shapes))
                 if entry is not None:
                     self._hits += 1
                     self._touch((key, shapes))
-                    return entry.run((), args)
+                    return entry.run((), arrays)
                 for entry in self._fast.get(key, ()):
                     dims = entry.binder(shapes)
                     if type(dims) is tuple:
                         self._hits += 1
-                        return entry.run(dims, args)
+                        return entry.run(dims, arrays)
                 keyed = []
                 out = self._call_slow(args, kwargs, keyed)
                 if keyed:           # this call's cache key (per call: other threads have theirs)

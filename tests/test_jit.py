@@ -326,3 +326,22 @@ def test_mlp_and_attention_scores_compile_once_for_all_drawn_shapes(mode):
         return nn.softmax(qh @ kh * 0.5, axis=-1)
     assert_shape_polymorphic(scores, [S((n, h * 4), "float64"), S((n, h * 4), "float64")], mode=mode,
                              max_examples=4)
+
+
+def test_pytree_arguments_take_the_fast_path_with_the_same_results():
+    """Dicts and lists of arrays (a model's parameters) are keyed by their structure,
+    dtypes and ranks without the full argument analysis; another structure, a masked array
+    or a Python scalar leaf takes the full path, as before."""
+    f = rj.jit(lambda x, p: x @ p["w"] + p["b"][0])
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 3, 7):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        p = {"w": rng.standard_normal((4, 2)).astype(np.float32), "b": [np.ones(2, np.float32)]}
+        np.testing.assert_allclose(f(x, p), x @ p["w"] + 1, rtol=1e-6)
+    assert f.cache_info().compiles == 1
+    p2 = {"w": p["w"], "b": [np.ones(2, np.float32), np.zeros(2, np.float32)]}      # new structure
+    np.testing.assert_allclose(f(x, p2), x @ p["w"] + 1, rtol=1e-6)
+    assert f.cache_info().compiles == 2
+    with pytest.raises(TypeError, match="masked"):
+        f(x, {"w": np.ma.masked_array(p["w"]), "b": p["b"]})
+    np.testing.assert_allclose(f(x, {"w": p["w"], "b": [2.0]}), x @ p["w"] + 2, rtol=1e-6)
