@@ -17,8 +17,10 @@ The cache is kept two ways, each compiled once for every length:
     length ``t + 1``, the position of the new token is ``t`` itself (read from the shape), and
     attention over all ``t + 1`` keys is the unmasked fused kernel;
 (b) the JAX way: a cache preallocated at its maximum length, written in place at a traced
-    position ``pos`` (``rj.lax.dynamic_update_slice``), with attention masked to the filled
-    part (``rnp.arange(max_len) <= pos``).
+    position ``pos`` (``rj.lax.dynamic_update_slice``), with attention to the filled part
+    only: ``key_value_seq_lengths`` (jax.nn's argument), which the attention kernel's loops
+    stop at (a mask, ``rnp.arange(max_len) <= pos``, gives the same numbers but forms every
+    score and reads the whole cache).
 
 Both are functional, as everything in relaxjax (and JAX without buffer donation): a step
 returns new caches, so (a) copies the ``t`` positions so far and (b) all ``max_len`` of them.
@@ -157,19 +159,16 @@ def decode_concat(params, token, caches, heads):
 def decode_prealloc(params, token, pos, caches, heads):
     """(b) One step, the JAX way: caches [(k, v)] of (b, max_len, heads, hd) holding
     positions 0..pos-1; the new token's key and value are written at ``pos`` (a traced
-    int) and attention is masked to positions 0..pos."""
-    max_len = caches[0][0].shape[1]
+    int) and attention reads positions 0..pos of each sequence (its key lengths)."""
     D = params["wte"].shape[1]
     x = params["wte"][token][:, None, :] + dynamic_slice(params["wpe"], (pos, 0), (1, D))
-    # (max_len,): broadcast over (b, heads, 1, max_len) from the right; written with no
-    # leading size-1 axes, which in automatic mode would pin a first batch of 1 to 1
-    mask = rnp.arange(max_len) <= pos
+    lengths = rnp.full(token.shape[0], pos + 1, dtype="int32")
 
     def attender(kc, vc):
         def attend(q, k, v):
             k = dynamic_update_slice(kc, k, (0, pos, 0, 0))
             v = dynamic_update_slice(vc, v, (0, pos, 0, 0))
-            return nn.dot_product_attention(q, k, v, mask=mask), (k, v)
+            return nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths), (k, v)
         return attend
     return run_layers(params, x, [attender(kc, vc) for kc, vc in caches], heads)
 

@@ -43,7 +43,7 @@ from . import nn
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
 from .jit import jit, traced_or_jitted
-from .library import attention_name
+from .library import attention_lengths_name, attention_name
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
@@ -142,8 +142,18 @@ def _attention_vjp(causal: bool):
     return rule
 
 
+def _attention_lengths_vjp(ct, q, k, v, scale, lengths, out):
+    """The rule of the attention call with key lengths: the scores, masked past each
+    batch's length, recomputed and differentiated."""
+    c = float(np.asarray(scale.atom.value))
+    keep = nn.key_length_mask(lengths, k)
+    _, pullback = vjp(lambda q, k, v: nn.attention_scores(q, k, v, None, keep, c, False), q, k, v)
+    return (*pullback(ct), None, None)
+
+
 # library functions with a derivative rule, by name (the others need rj.custom_vjp)
 LIBRARY_VJPS = {attention_name(d, c): _attention_vjp(c) for d in ("float32", "float64") for c in (False, True)}
+LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in ("float32", "float64")})
 
 
 def _pullback(fun: Callable, primals: list, cts: list) -> list:

@@ -43,6 +43,7 @@ import numpy as np
 from . import dtypes as dt
 
 __all__ = ["register_library", "lookup", "registered_libraries", "LibraryFunc", "attention_name",
+           "attention_lengths_name",
            "LibraryImpl", "lazy", "NATIVE_SIGNATURE"]
 
 RJ_LIBRARY_ABI = ("int32_t f(void *const *data, const int64_t *shapes, const int64_t *ndims, "
@@ -398,10 +399,18 @@ def attention_name(dtype, causal: bool) -> str:
     return f"nn.attention{'_causal' if causal else ''}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
 
 
-def _attention(xp_name: str, causal: bool):
+def attention_lengths_name(dtype) -> str:
+    """``attention_name(dtype, False)`` with one more input before the output, ``lengths``
+    (B,) int32: batch b attends to its first ``lengths[b]`` keys (clamped to [0, S]; none:
+    zeros), as ``key_value_seq_lengths`` of ``jax.nn.dot_product_attention``."""
+    return f"nn.attention_lengths_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+
+
+def _attention(xp_name: str, causal: bool, lengths: bool = False):
     """The reference (NumPy) or CuPy implementation: the scores per head, formed in full."""
-    def run(q, k, v, scale, out):
+    def run(q, k, v, scale, *rest):
         xp = np if xp_name == "numpy" else importlib.import_module(xp_name)
+        out = rest[-1]
         B, T, N, H = q.shape
         S, K, Hv = k.shape[1], k.shape[2], v.shape[3]
         if out.size == 0:
@@ -414,8 +423,13 @@ def _attention(xp_name: str, causal: bool):
         logits = xp.matmul(qh, k.transpose(0, 2, 3, 1)[:, :, None]) * scale[()]   # (B, K, g, T, S)
         if causal:
             logits = xp.where(xp.tril(xp.ones((T, S), dtype=bool)), logits, -xp.inf)
-        logits = xp.exp(logits - logits.max(axis=-1, keepdims=True))
-        logits /= logits.sum(axis=-1, keepdims=True)
+        if lengths:                    # keys from lengths[b] on: none (all: zero weights)
+            keep = xp.arange(S)[None, :] < xp.clip(rest[0].astype(xp.int64), 0, S)[:, None]   # (B, S)
+            logits = xp.where(keep[:, None, None, None, :], logits, -xp.inf)
+        top = logits.max(axis=-1, keepdims=True)
+        logits = xp.exp(logits - xp.where(xp.isfinite(top), top, 0))
+        total = logits.sum(axis=-1, keepdims=True)
+        logits /= xp.where(total > 0, total, 1)
         o = xp.matmul(logits, v.transpose(0, 2, 1, 3)[:, :, None])          # (B, K, g, T, Hv)
         out[...] = o.transpose(0, 3, 1, 2, 4).reshape(B, T, N, Hv)
     return run
@@ -427,4 +441,8 @@ for _c in (False, True):
                          cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}{'_causal' if _c else ''}"),
                          numpy=_attention("numpy", _c), cuda=_attention("cupy", _c),
                          num_inputs=4, num_outputs=1, out_dtypes=[_d])
+for _d in ("float32", "float64"):
+    register_library(attention_lengths_name(_d), cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}_lengths"),
+                     numpy=_attention("numpy", False, True), cuda=_attention("cupy", False, True),
+                     num_inputs=5, num_outputs=1, out_dtypes=[_d])
 del _c, _d

@@ -8,7 +8,7 @@ import numpy as np
 from . import numpy as rnp
 from . import lax
 from .frontend import call_library
-from .library import attention_name
+from .library import attention_lengths_name, attention_name
 from .numpy._base import arr, cast, dtype_of, env, shape
 from .shapes import prod, wrap_dim
 from .structs import ShapeDtypeStruct
@@ -104,7 +104,7 @@ def one_hot(x, num_classes, dtype="float64"):
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None,
-                          is_causal: bool = False):
+                          is_causal: bool = False, query_seq_lengths=None, key_value_seq_lengths=None):
     """``jax.nn.dot_product_attention``: ``softmax(q k^T * scale + bias, masked) v`` per head.
 
     Layout as JAX's: ``query`` ``(..., T, N, H)`` (sequence, heads, head size, under any
@@ -116,14 +116,28 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     defaults to ``1 / sqrt(H)``.  A fully masked row gets uniform weights (JAX's large
     negative logit, not -inf).  Returns ``(..., T, N, H)``.
 
+    ``key_value_seq_lengths`` (B,) (rank-4 inputs): batch b attends to its first
+    ``key_value_seq_lengths[b]`` keys, as a decode step over a preallocated cache does
+    (a length of 0 gives zeros); ``query_seq_lengths`` (B,): output rows from
+    ``query_seq_lengths[b]`` on are zeros.
+
     Without ``bias`` and ``mask``, on float32 or float64, it is one library call
-    (``library.attention_name``) that never forms the ``T x S`` scores: on the CPU a
-    blocked kernel with an online softmax (``backends/llvm/attention.py``); its gradient
+    (``library.attention_name``, ``attention_lengths_name`` with key lengths) that never
+    forms the ``T x S`` scores: on the CPU a blocked kernel with an online softmax
+    (``backends/llvm/attention.py``), stopping at each batch's key length; its gradient
     recomputes the scores (``attention_scores``).  Otherwise the scores are formed in full."""
     q, k, v = arr(query), arr(key), arr(value)
     if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"dot_product_attention: query, key and value need the same rank >= 3 "
                          f"((..., seq, heads, head_dim)); got ranks {q.ndim}, {k.ndim}, {v.ndim}")
+    kv_len = None if key_value_seq_lengths is None else \
+        _seq_lengths(key_value_seq_lengths, q, "key_value_seq_lengths")
+    if query_seq_lengths is not None:
+        q_len = _seq_lengths(query_seq_lengths, q, "query_seq_lengths")
+        out = dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
+                                    key_value_seq_lengths=kv_len)
+        keep = rnp.arange(wrap_dim(shape(q)[1]))[None, :] < q_len[:, None]     # (B, T)
+        return rnp.where(keep[:, :, None, None], out, rnp.zeros((), dtype_of(out)))
     n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
     if int(v.shape[-2]) != kv_heads or n_heads % kv_heads:
         raise ValueError(f"dot_product_attention: {n_heads} query heads need a key/value head count "
@@ -132,11 +146,42 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         scale = 1.0 / math.sqrt(int(q.shape[-1]))
     dtype = np.dtype(rnp.result_type(q, k, v))
     if bias is None and mask is None and dtype in (np.float32, np.float64) \
-            and isinstance(scale, (int, float, np.number)):
+            and isinstance(scale, (int, float, np.number)) and not (is_causal and kv_len is not None):
         q, k, v = (cast(t, dtype) for t in (q, k, v))
         _same_layout(q, k, v)
+        if kv_len is not None:
+            out = call_library(attention_lengths_name(dtype), q, k, v, rnp.asarray(scale, dtype=dtype), kv_len,
+                               out=ShapeDtypeStruct(tuple(wrap_dim(d) for d in shape(q)[:-1] + (shape(v)[-1],)), dtype))
+            return out
         return _attention_kernel(q, k, v, float(scale), bool(is_causal))
-    return attention_scores(q, k, v, bias, mask, scale, is_causal)
+    if kv_len is None:
+        return attention_scores(q, k, v, bias, mask, scale, is_causal)
+    keys = key_length_mask(kv_len, k)
+    out = attention_scores(q, k, v, bias, keys if mask is None else rnp.logical_and(mask, keys),
+                           scale, is_causal)
+    # no keys: zeros, as the library call gives (not a masked row's uniform weights)
+    return rnp.where((kv_len > 0)[:, None, None, None], out, rnp.zeros((), dtype_of(out)))
+
+
+def key_length_mask(lengths, key):
+    """Key lengths (B,) as a mask of the scores (B, N, T, S): key j of batch b is kept
+    where ``j < lengths[b]``."""
+    keys = rnp.arange(wrap_dim(shape(key)[1]))[None, :] < lengths[:, None]  # (B, S)
+    return keys[:, None, None, :]
+
+
+def _seq_lengths(lengths, q, what: str):
+    """``lengths`` as int32 (B,) for rank-4 ``q`` (B, T, N, H), else a precise error."""
+    lengths = arr(lengths)
+    if q.ndim != 4 or lengths.ndim != 1:
+        raise ValueError(f"dot_product_attention: {what} needs rank-4 inputs (B, T, N, H) and a "
+                         f"(B,) array of lengths; got inputs of rank {q.ndim} and {what} of rank "
+                         f"{lengths.ndim}")
+    if not np.issubdtype(dtype_of(lengths), np.integer):
+        raise TypeError(f"dot_product_attention: {what} must be integers, got {dtype_of(lengths)}")
+    env().require_eq(shape(lengths)[0], shape(q)[0], f"dot_product_attention: {what} (axis 0) "
+                     f"against the batch (axis 0 of query)")
+    return cast(lengths, np.dtype("int32"))
 
 
 def _same_layout(q, k, v) -> None:

@@ -24,6 +24,9 @@ schedules:
 
 Sizes are run-time integers (one function for every shape); ``exp`` is a polynomial
 evaluated in the vector registers (Cephes' ``expf`` for float32; degree 13 for float64).
+The ``lengths`` variant takes one more input before ``out``, ``lengths`` (B,) int32: batch
+``b`` attends to its first ``lengths[b]`` keys only (clamped to [0, S]; none: zeros), the
+loops stopping there (a decode step over a preallocated cache reads the filled part).
 """
 from __future__ import annotations
 
@@ -48,8 +51,8 @@ ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
 DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
 
 
-def symbol(dtype_char: str, causal: bool) -> str:
-    return f"rj_attention_{dtype_char}{'_causal' if causal else ''}"
+def symbol(dtype_char: str, causal: bool, lengths: bool = False) -> str:
+    return f"rj_attention_{dtype_char}{'_causal' if causal else ''}{'_lengths' if lengths else ''}"
 
 
 class _Fn(GemmFn):
@@ -204,7 +207,7 @@ def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict)
 
     def per_row(r):
         qi = fn.add(item["q0"], r)
-        kend = _min(fn, a["S"], fn.add(qi, 1)) if causal else a["S"]
+        kend = _min(fn, item["S"], fn.add(qi, 1)) if causal else item["S"]
         qp = fn.at(ty, a["q"], item["qoff"], fn.mul(r, item["ldq"]))
         mx = fn.slot(ty, ninf)
 
@@ -290,7 +293,7 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
     fn.loop("0", ncols, V, init)
     fn.loop("0", a["Hv"], 1, lambda h: fn.loop("0", ncols, V, lambda i: vec.store(
         "zeroinitializer", fn.at(ty, Ot, fn.mul(h, BQ), i))))
-    kend = _min(fn, a["S"], fn.add(q0, rows)) if causal else a["S"]
+    kend = _min(fn, item["S"], fn.add(q0, rows)) if causal else item["S"]
 
     def key_block(k0):
         kn = _min(fn, fn.value(f"sub nsw i64 {kend}, {k0}"), str(bk))
@@ -363,13 +366,15 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
     fn.loop("0", rows, 1, finish)
 
 
-def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
-    """The LLVM module of native ``symbol(dtype_char, causal)`` (library ABI: q, k, v, a
-    0-d scale, out; ranks 4, 4, 4, 0, 4) for ``vector_bits``-wide registers."""
+def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: bool = False) -> str:
+    """The LLVM module of native ``symbol(dtype_char, causal, lengths)`` (library ABI: q, k,
+    v, a 0-d scale, [lengths,] out; ranks 4, 4, 4, 0, [1,] 4) for ``vector_bits``-wide
+    registers."""
     b = blocking(dtype_char, max(vector_bits, 128))
     if vector_bits >= 512:                 # 8 x 3 vectors: head sizes 64, 128 are whole tiles
         b = Blocking(b.ty, b.size, b.lanes, 8, 3, b.kc, b.mc, b.nc)
-    name = symbol(dtype_char, causal)
+    name = symbol(dtype_char, causal, lengths)
+    arrays = dict(ARRAYS, lengths=4, out=5) if lengths else ARRAYS
     ty, V, size = b.ty, b.lanes, b.size
     bk = BK[dtype_char]
     uk_rows, uk_cols = f"{name}.ukernel_rows", f"{name}.ukernel_columns"
@@ -378,9 +383,10 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     fn = _Fn(f"define internal void @{name}.work(ptr %ctx) #0")
     vec = _Vec(fn, b)
     a = {}
-    for k, arg in enumerate(ARGS):
+    args = ARGS + ("lengths",) if lengths else ARGS
+    for k, arg in enumerate(args):
         slot = fn.at("i64", "%ctx", k)
-        a[arg] = fn.value(f"load {'ptr' if arg in ARRAYS else 'i64'}, ptr {slot}")
+        a[arg] = fn.value(f"load {'ptr' if arg in arrays else 'i64'}, ptr {slot}")
     a["scale"] = fn.value(f"load {ty}, ptr {a['scale']}")
     nxt = fn.at("i64", "%ctx", ARGS.index("next"))
     words = fn.add(fn.mul(BQ, fn.add(a["H"], bk, a["Hv"], 2)), a["S"], V)
@@ -405,7 +411,11 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     group = fn.value(f"sdiv i64 {a['N']}, {a['K']}")
     kvh = fn.value(f"sdiv i64 {n}, {group}")
     q0 = fn.mul(qb, BQ)
-    item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {a['T']}, {q0}"))}
+    item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {a['T']}, {q0}")), "S": a["S"]}
+    if lengths:                            # this batch's keys: lengths[bi], within [0, S]
+        at = fn.at("i32", a["lengths"], bi)
+        n_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
+        item["S"] = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {n_b}, i64 0)"), a["S"])
     qrow = fn.add(fn.mul(fn.add(fn.mul(bi, a["T"]), q0), a["N"]), n)
     kvrow = fn.add(fn.mul(bi, a["S"], a["K"]), kvh)
     item.update(qoff=fn.mul(qrow, a["H"]), ldq=fn.mul(a["N"], a["H"]),
@@ -430,13 +440,13 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
     # the entry: library ABI; the team when the work is worth a fork
     fn = _Fn(f"define i32 @{name}(ptr %data, ptr %shapes, ptr %ndims, i64 %nargs)")
     dims = {d: fn.value(f"load i64, ptr {fn.at('i64', '%shapes', k)}") for d, k in DIMS.items()}
-    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}") for p, k in ARRAYS.items()}
+    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}") for p, k in arrays.items()}
     nqb = fn.value(f"sdiv i64 {fn.add(dims['T'], BQ - 1)}, {BQ}")
     items = fn.mul(dims["B"], dims["N"], nqb)
-    ctx = fn.value(f"alloca [{len(ARGS)} x i64], align 8")
+    ctx = fn.value(f"alloca [{len(args)} x i64], align 8")
     vals = {**dims, **ptrs, "items": items, "nqb": nqb, "next": "0"}
-    for k, arg in enumerate(ARGS):
-        t = "ptr" if arg in ARRAYS else "i64"
+    for k, arg in enumerate(args):
+        t = "ptr" if arg in arrays else "i64"
         fn.emit(f"store {t} {vals[arg]}, ptr {fn.at('i64', ctx, k)}")
     macs = fn.mul(dims["B"], dims["N"], dims["T"], dims["S"], fn.add(dims["H"], dims["Hv"]))
     big = fn.value(f"and i1 {fn.value(f'icmp sge i64 {macs}, {PARALLEL_MIN_MACS}')}, "
@@ -473,22 +483,23 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(dtype_char: str, causal: bool):
+def _compiled(dtype_char: str, causal: bool, lengths: bool):
     """The module of one attention function, built once per machine (a shared library in
     the persistent cache) or in memory where no linker is found; kept for the process."""
     prepare_process()
-    text = attention_text(dtype_char, causal, target.vector_bits())
+    text = attention_text(dtype_char, causal, target.vector_bits(), lengths)
     return compile_llvm(text, [], native=generated_products())
 
 
-def address(dtype_char: str, causal: bool) -> int:
-    """The address of native ``symbol(dtype_char, causal)`` (compiled on first use)."""
-    return _compiled(dtype_char, causal).address(symbol(dtype_char, causal))
+def address(dtype_char: str, causal: bool, lengths: bool = False) -> int:
+    """The address of native ``symbol(dtype_char, causal, lengths)`` (compiled on first use)."""
+    return _compiled(dtype_char, causal, lengths).address(symbol(dtype_char, causal, lengths))
 
 
-def _loader(dtype_char: str, causal: bool):
-    return loader(lambda: address(dtype_char, causal))
+def _loader(dtype_char: str, causal: bool, lengths: bool = False):
+    return loader(lambda: address(dtype_char, causal, lengths))
 
 
 float32, float64, float32_causal, float64_causal = (
     _loader(d, c) for c in (False, True) for d in "sd")
+float32_lengths, float64_lengths = (_loader(d, False, True) for d in "sd")

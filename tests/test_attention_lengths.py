@@ -1,0 +1,105 @@
+"""``key_value_seq_lengths`` and ``query_seq_lengths`` of ``nn.dot_product_attention`` (JAX's
+names): batch b attends to its first ``lengths[b]`` keys, through the attention library call
+that stops its loops there (``nn.attention_lengths_*``; a decode step over a preallocated
+cache), on every backend, against NumPy in float64 over hypothesis-drawn shapes (lengths 0,
+1, S, past S and negative clamped; the row-by-row and tiled schedules; grouped-query heads);
+its gradient against the masked scores'; the errors for bad lengths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+import relaxjax.nn as nn
+
+from helpers import BACKENDS
+
+
+def _reference(q, k, v, lengths, scale, causal=False):
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    out = np.zeros((B, T, N, v.shape[-1]))
+    for b in range(B):
+        n_keys = int(np.clip(lengths[b], 0, S))
+        if n_keys == 0:
+            continue
+        kb = np.repeat(k[b, :n_keys], N // K, axis=1)
+        vb = np.repeat(v[b, :n_keys], N // K, axis=1)
+        s = np.einsum("tnh,snh->nts", q[b], kb) * scale
+        if causal:
+            s = np.where(np.arange(n_keys)[None, None, :] <= np.arange(T)[None, :, None], s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out[b] = np.einsum("nts,snh->tnh", p / p.sum(-1, keepdims=True), vb)
+    return out
+
+
+@given(b=st.sampled_from([1, 2, 5]), t=st.sampled_from([1, 3, 8, 9, 50, 97]),
+       s=st.sampled_from([1, 7, 127, 128, 129, 300]), heads=st.sampled_from([(1, 1), (4, 4), (6, 2)]),
+       h=st.sampled_from([1, 8, 64]), dtype=st.sampled_from(["float32", "float64"]),
+       seed=st.integers(0, 2 ** 16))
+@settings(max_examples=30, deadline=None)
+def test_key_lengths_match_numpy(b, t, s, heads, h, dtype, seed):
+    rng = np.random.default_rng(seed)
+    n, kv = heads
+    q = rng.standard_normal((b, t, n, h)).astype(dtype)
+    k = rng.standard_normal((b, s, kv, h)).astype(dtype)
+    v = rng.standard_normal((b, s, kv, h)).astype(dtype)
+    lengths = rng.choice([0, 1, s, s + 3, -2, rng.integers(0, s + 1)], b).astype(np.int32)
+    want = _reference(*(x.astype(np.float64) for x in (q, k, v)), lengths, 1 / np.sqrt(h))
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
+    for backend in BACKENDS:
+        f = rj.jit(lambda q, k, v, n: nn.dot_product_attention(q, k, v, key_value_seq_lengths=n), backend=backend)
+        got = f(q, k, v, lengths)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want, **tol)
+
+
+def test_key_lengths_are_one_library_call_and_the_causal_form_masks():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, n, 2, 8)).astype(np.float32) for n in (5, 40, 40))
+    n = np.array([3, 40], np.int32)
+    f = rj.jit(lambda q, k, v, n: nn.dot_product_attention(q, k, v, key_value_seq_lengths=n))
+    text = f.lower(q, k, v, n).as_text("optimized")
+    assert 'call_library("nn.attention_lengths_f32"' in text and "matmul" not in text
+    # causal with lengths: the scores, masked by both (zeros where no key is left)
+    g = rj.jit(lambda q, k, v, n: nn.dot_product_attention(q, k, v, is_causal=True, key_value_seq_lengths=n))
+    n0 = np.array([0, 4], np.int32)
+    want = _reference(*(x.astype(np.float64) for x in (q, k, v)), n0, 1 / np.sqrt(8), causal=True)
+    np.testing.assert_allclose(g(q, k, v, n0), want, rtol=2e-4, atol=2e-5)
+
+
+def test_query_lengths_zero_the_rows_past_them():
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((3, n, 2, 4)) for n in (6, 9, 9))
+    ql, kl = np.array([0, 6, 2], np.int32), np.array([9, 1, 4], np.int32)
+    got = rj.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, query_seq_lengths=ql,
+                                                          key_value_seq_lengths=kl))(q, k, v)
+    want = _reference(q, k, v, kl, 0.5)
+    want[np.arange(6)[None, :] >= ql[:, None]] = 0
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_with_key_lengths_is_the_masked_scores_gradient():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((3, n, 2, 8)) for n in (2, 30, 30))
+    n = np.array([5, 30, 1], np.int32)
+    mask = (np.arange(30)[None, :] < n[:, None])[:, None, None, :]
+
+    def loss(**kw):
+        return lambda q, k, v: (nn.dot_product_attention(q, k, v, **kw) ** 2).sum()
+    got = rj.grad(loss(key_value_seq_lengths=n), argnums=(0, 1, 2))(q, k, v)
+    want = rj.grad(loss(mask=mask), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_lengths_say_what_is_wrong():
+    q = np.ones((2, 3, 1, 4), np.float32)
+    with pytest.raises(TypeError, match="key_value_seq_lengths must be integers"):
+        rj.jit(lambda q: nn.dot_product_attention(q, q, q, key_value_seq_lengths=np.ones(2, np.float32)))(q)
+    with pytest.raises(ValueError, match="needs rank-4 inputs"):
+        rj.jit(lambda q: nn.dot_product_attention(q[0], q[0], q[0], key_value_seq_lengths=np.ones(2, np.int32)))(q)
+    with pytest.raises(rj.ShapeError, match="key_value_seq_lengths"):
+        rj.jit(lambda q: nn.dot_product_attention(q, q, q, key_value_seq_lengths=np.ones(3, np.int32)),
+               shapes=(rj.ShapeDtypeStruct((2, 3, 1, 4), "float32"),))(q)
