@@ -54,3 +54,14 @@ def test_slice_sizes_are_guarded_plain_expressions():
         x = np.arange(float(n)) ** 2
         assert_same(f(x), x[1:-1] * 2.0 + x[2:] - x[:-2])
     assert f.cache_info().compiles == 3          # n >= 2, n == 1, n == 0
+
+
+def test_a_first_batch_of_one_broadcast_against_a_literal_one_stays_symbolic():
+    """``x + y[None, :]`` with x first (1, n): the literal 1 broadcasts against the batch
+    dim whatever it is, so no guard pins it to 1 (it compiled again for batch 3 before)."""
+    f = rj.jit(lambda x, y: x + y[None, :])
+    y = np.arange(4.0)
+    for b in (1, 3, 1, 7):
+        x = np.ones((b, 4))
+        np.testing.assert_array_equal(f(x, y), x + y[None, :])
+    assert f.cache_info().compiles == 1

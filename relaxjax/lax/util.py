@@ -28,6 +28,13 @@ def broadcast_shapes(env: ShapeEnv, shapes: Sequence[tuple], what: str) -> tuple
             if res is None:
                 res = d
                 continue
+            # a literal 1 broadcasts against anything, the other dim unchanged: no guard (a
+            # batch first seen as 1, (b, n) + (1, n), stays symbolic)
+            if isinstance(d, int) and d == 1:
+                continue
+            if isinstance(res, int) and res == 1:
+                res = d
+                continue
             if not (isinstance(d, int) and isinstance(res, int)) and \
                     env.try_prove("==", res, d) is not True and not _equal_here(env, res, d):
                 d, res = one_if_guarded(env, d), one_if_guarded(env, res)
