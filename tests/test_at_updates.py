@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
+from relaxjax.lax import fori_loop
 from helpers import BACKENDS, SIZES, SMALL_SIZES, arrays, assert_same
 
 PER_OP = settings(max_examples=25, deadline=None)
@@ -472,3 +473,37 @@ def test_row_index_with_slices_reads_and_updates_one_row(n, m, i, mode):
             assert_same(g(x, np.int64(i)), want)
     text = rj.jit(f).lower(x, np.int64(0)).compile().as_text("optimized")
     assert "f64[x0, x1 - 2]" not in text, "a copy of the whole window:\n" + text
+
+
+@given(n=st.one_of(st.sampled_from([1, 2, 7, 64]), st.integers(1, 3000)), steps=st.integers(0, 40),
+       seed=st.integers(0, 2 ** 16))
+@settings(max_examples=20, deadline=None)
+def test_loop_of_updates_in_place_matches_numpy(n, steps, seed):
+    """``x.at[i].set(...)`` carried through a fori_loop writes into the carry's own buffer
+    after the first step (native loops: one buffer, the update's copy skipped): every step's
+    update lands, the caller's array is untouched, and carries read after their update in
+    the same step (not updatable in place) stay right."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    keep = x.copy()
+
+    def one(i, c):
+        return c.at[i % n].set(c[i % n] * 2.0 + 1.0)
+
+    def two(i, c):
+        a, b = c
+        a2 = a.at[i % n].add(1.0)
+        return a2, b * 0.5 + a          # reads a after a's update: a is not updated in place
+
+    f, g = rj.jit(lambda x, s: fori_loop(0, s, one, x)), rj.jit(lambda x, y, s: fori_loop(0, s, two, (x, y)))
+    want_x = x.copy()
+    want_a, want_b = x.copy(), y.copy()
+    for i in range(steps):
+        want_x[i % n] = want_x[i % n] * 2.0 + 1.0
+        want_a, want_b = want_a.copy(), want_b * 0.5 + want_a
+        want_a[i % n] += 1.0
+    np.testing.assert_allclose(f(x, steps), want_x, rtol=1e-12)
+    a, b = g(x, y, steps)
+    np.testing.assert_allclose(a, want_a, rtol=1e-12)
+    np.testing.assert_allclose(b, want_b, rtol=1e-12)
+    np.testing.assert_array_equal(x, keep)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...tir import BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, from_sympy
+from ...tir.analysis import inplace_input
 from ...tir.index_checks import check_numbers
 from .irtypes import fconst, is_float, llty, memty, suffix
 from .scalar_ops import render_op
@@ -94,7 +95,13 @@ class KernelEmitter:
         parallel = isinstance(f.body, For) and f.body.kind == "parallel"
         # positional LLVM names, so programs that differ only in names share machine code
         self.bufname = {b.name: f"%b{k}" for k, b in enumerate(f.params)}
-        bufs = ", ".join(f"ptr noalias %b{k}" for k in range(len(f.params)))
+        # an input the program may update in place shares the output's memory then: neither
+        # is noalias, and a loop that only copies it into the output is skipped when the two
+        # are one (scatter's first phase: x.at[i].set(v) in a loop costs O(1), not O(n))
+        k = inplace_input(f)
+        self.may_alias = {} if k is None else {f.inputs[k].name: f.outputs[0].name}
+        shared = set(self.may_alias) | set(self.may_alias.values())
+        bufs = ", ".join(f"ptr {'' if b.name in shared else 'noalias '}%b{k}" for k, b in enumerate(f.params))
         dims = "".join(f", i64 %d{k}" for k in range(len(f.dim_vars)))
         err = ", ptr %err" if self.checks else ""
         body = self._body_fn(f"{self.sym}.body", bufs + dims + err, parallel)
@@ -258,7 +265,18 @@ class KernelEmitter:
             for x in s.stmts:
                 self._stmt(x)
         elif isinstance(s, For):
+            src = self._copy_source(s)
+            if src is None:
+                self._for(s)
+                return
+            dst = self.may_alias[src.name]
+            copy, done = fn.label("copy"), fn.label("copied")
+            apart = fn.val("i1", f"icmp ne ptr {self.bufname[src.name]}, {self.bufname[dst]}")
+            fn.emit(f"br i1 {apart}, label %{copy}, label %{done}")
+            fn.start_block(copy)
             self._for(s)
+            fn.emit(f"br label %{done}")
+            fn.start_block(done)
         elif isinstance(s, Store):
             self._shared = {}
             v = self._expr(s.value)
@@ -294,6 +312,23 @@ class KernelEmitter:
             fn.start_block(end)
         else:
             raise TypeError(f"cannot emit {s!r}")
+
+    def _copy_source(self, s: For):
+        """The input buffer a loop nest only copies, element for element at the same index,
+        into the output it may share memory with (``may_alias``); else None."""
+        while isinstance(s, For):
+            s = s.body
+        if not (isinstance(s, Store) and isinstance(s.value, Load)):
+            return None
+        src = s.value.buffer
+        if self.may_alias.get(src.name) != s.buffer.name or src.dtype != s.buffer.dtype or \
+                len(s.index) != len(s.value.index) or \
+                [str(d) for d in src.shape] != [str(d) for d in s.buffer.shape]:
+            return None
+        same = all((isinstance(a, Var) and isinstance(b, Var) and a.name == b.name) or
+                   (isinstance(a, Const) and isinstance(b, Const) and a.value == b.value)
+                   for a, b in zip(s.index, s.value.index))
+        return src if same else None
 
     def _for(self, s: For, lo: str | None = None, hi: str | None = None) -> None:
         fn = self.fn

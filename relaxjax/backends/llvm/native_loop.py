@@ -23,6 +23,7 @@ import numpy as np
 from ...compile.memplan import byte_size
 from ...ir import Binding, Var
 from ...shapes import eval_dim, is_symbolic
+from ...tir.analysis import inplace_input
 from ...tir.index_checks import ERROR_RECORD
 from ..control_flow import ControlFlowRunner
 from .buffer_pool import POOL, _aligned_block
@@ -217,6 +218,8 @@ class NativeLoop:
         self.itype = fn.params[0].type.dtype if self.index_param is not None else np.dtype(np.int64)
         self.driver = _driver(8 * self.itype.itemsize)
         self.fresh = [k for k, r in enumerate(self.carry_results) if r is not self.carry_params[k]]
+        self.in_place = _updated_in_place(self.segment.calls, self.carry_params, self.carry_results,
+                                          self.fresh, fn.results)
         # what every iteration's tuple holds before the loop's own buffers: the constants
         self.template = _template(body)
         names = list(body.dim_names)
@@ -299,8 +302,10 @@ class NativeLoop:
             base[k] = _pooled(shape, dtype)
         fresh = self.fresh
         y = {k: base[slot[self.carry_results[k]]] for k in fresh}
-        z = {k: _pooled(shape, self.carry_results[k].type.dtype)    # (results are unplanned)
-             for k, shape in zip(fresh, lay.z_shapes)}
+        # a carry the body updates in place reads and writes one buffer after the first
+        # iteration (which reads the caller's array): no second buffer
+        z = {k: y[k] if k in self.in_place else _pooled(shape, self.carry_results[k].type.dtype)
+             for k, shape in zip(fresh, lay.z_shapes)}      # (results are unplanned)
         ta, tb = list(base), list(base)
         for k in fresh:
             p, r = slot[self.carry_params[k]], slot[self.carry_results[k]]
@@ -362,6 +367,26 @@ class NativeLoop:
             ca[slot[params[k]]], cb[slot[params[k]]] = y[k], z[k]
         return (self.cond_address, tuple(c0), tuple(ca), tuple(cb), lay.cond_dims.copy(),
                 c0[slot[cond.fn.results[0]]])
+
+
+def _updated_in_place(calls: list, params: list, results: list, fresh: list, body_results) -> set:
+    """The carries (by position) whose new value a program of the body writes by updating
+    the carry itself (``tir.analysis.inplace_input``: ``x.at[i].set(v)``, a slice update)
+    and that nothing after that program reads: the body may then write it into the buffer
+    it read it from, and the update's copy of the rest is skipped (``codegen``), so a step
+    costs the update, not a pass over the carry."""
+    out = set()
+    for k in fresh:
+        p, r = params[k], results[k]
+        for i, c in enumerate(calls):
+            if r not in c.outvars:
+                continue
+            j = inplace_input(c.callee) if c.kind == "tir" and len(c.outvars) == 1 else None
+            later = any(p in d.args for d in calls[i + 1:])
+            if j is not None and c.args[j] is p and not later and p not in body_results:
+                out.add(k)
+            break
+    return out
 
 
 def _first_carry(b: Binding) -> int:
