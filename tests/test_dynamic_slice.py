@@ -61,3 +61,33 @@ def test_errors_name_the_argument():
         rj.lax.dynamic_slice(x, (0.5, 0), (1, 1))
     with pytest.raises(TypeError, match="update has dtype float32"):
         rj.lax.dynamic_update_slice(x, np.ones((1, 1), np.float32), (0, 0))
+
+
+@given(n=st.one_of(st.sampled_from([1, 2, 5]), st.integers(1, 400)), m=st.sampled_from([1, 3, 16, 33]),
+       rows=st.sampled_from([1, 2]), shift=st.integers(-3, 3), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=20, deadline=None)
+def test_loop_of_dynamic_update_slices_in_place(n, m, rows, shift, seed):
+    """A carry updated by ``dynamic_update_slice`` in a fori_loop is updated in place (one
+    buffer, only the slice stored: ``update_region``); starts past the end clamp as in JAX,
+    the caller's array is untouched, and a slice update reading another part of the carry
+    (``u.at[0].set(u[1])``, not updatable in place) stays right."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, m))
+    keep = x.copy()
+    rows = min(rows, n)
+    y = rng.standard_normal((rows, m))
+
+    f = rj.jit(lambda x, y, s: rj.lax.fori_loop(
+        0, s, lambda i, o: rj.lax.dynamic_update_slice(o, y * 0.5 + i, (i + shift, 0)), x))
+    g = rj.jit(lambda x, s: rj.lax.fori_loop(0, s, lambda i, u: u.at[0].set(u[-1] + 1.0), x))
+    steps = n + 2
+    want = x.copy()
+    for i in range(steps):
+        start = min(max(i + shift, 0), n - rows)
+        want[start:start + rows] = y * 0.5 + i
+    np.testing.assert_allclose(f(x, y, steps), want, rtol=1e-12)
+    want = x.copy()
+    for _ in range(steps):
+        want[0] = want[-1] + 1.0
+    np.testing.assert_allclose(g(x, steps), want, rtol=1e-12)
+    np.testing.assert_array_equal(x, keep)

@@ -118,3 +118,20 @@ def test_generators_are_recomputed_in_every_region_that_uses_them():
     text = _program_text(f, x, stage="optimized")
     head = text.split("def fori_body(", 1)[1].split(")")[0]
     assert head.count("c") == 1 and "c0: f64[x0]" in head, text
+
+
+def test_update_region_narrows_an_update_to_its_slice():
+    """``update_region`` of a fused dynamic_update_slice: loops narrowed to the slice's rows
+    and columns (bounds from the condition's conjuncts), the update stored unconditionally."""
+    from relaxjax.compile.mask_bounds import update_region
+    f = rj.jit(lambda x, u, i: rj.lax.dynamic_update_slice(x, u * 2.0, (i, 1)))
+    fn = f.lower(np.ones((6, 5)), np.ones((2, 3)), np.int64(1)).module
+    from relaxjax.compile import run_pipeline
+    from relaxjax.compile.pipeline import default_pipeline
+    lowered = run_pipeline(fn, default_pipeline()).main
+    prog = next(b.callee for b in lowered.bindings if b.kind == "tir")
+    from relaxjax.tir.analysis import inplace_input
+    src, dst = prog.inputs[inplace_input(prog)], prog.outputs[0]
+    text = str(update_region(prog, src, dst))
+    assert "if_then_else" not in text and "for i0 in range(" in text and "max(" in text, text
+    assert update_region(prog, dst, src) is None

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..tir import INDEX, Assign, Const, Expr, For, Op, PrimFunc, Seq, Var, op
+from ..tir import INDEX, Assign, Const, Expr, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, op
 from ..tir.visit import stmt_children, walk_expr
 
 def _lowest(d: np.dtype):
@@ -161,3 +161,52 @@ def _apply(kind: str, e: Expr, start: Expr, stop: Expr) -> tuple[Expr, Expr]:
     else:
         new_start = start
     return new_start, new_stop
+
+
+def update_region(f: PrimFunc, src, dst):
+    """What an update program changes when its output ``dst`` is its input ``src`` (one
+    buffer, updated in place): for ``dst[i..] = if_then_else(c, x, src[i..])`` over a loop
+    nest covering ``dst`` (``dynamic_update_slice``, ``x.at[a:b].set`` lowered and fused),
+    the same nest narrowed to where ``c``'s conjuncts on each loop variable hold, storing
+    ``x`` where the rest of ``c`` holds; the other elements would only be copied onto
+    themselves.  None for a program of another form."""
+    loops, s = [], f.body
+    while isinstance(s, For):
+        loops.append(s)
+        s = s.body
+        if isinstance(s, Seq) and len(s.stmts) == 1:
+            s = s.stmts[0]
+    if isinstance(s, Seq) and len(s.stmts) == 2 and isinstance(s.stmts[0], Local) and \
+            isinstance(s.stmts[1], Store) and isinstance(s.stmts[1].value, Var) and \
+            s.stmts[1].value.name == s.stmts[0].var.name:      # v = ...; dst[i..] = v
+        s = Store(s.stmts[1].buffer, s.stmts[1].index, s.stmts[0].init)
+    if not loops or not (isinstance(s, Store) and s.buffer is dst):
+        return None
+    v = s.value
+    if not (isinstance(v, Op) and v.name == "if_then_else" and len(v.args) == 3):
+        return None
+    cond, x, other = v.args
+    names = tuple(loop.var.name for loop in loops)
+    if not (isinstance(other, Load) and other.buffer is src and
+            [getattr(i, "name", None) for i in other.index] == list(names) and
+            [getattr(i, "name", None) for i in s.index] == list(names)):
+        return None
+    bounds = {n: (loop.start, loop.extent) for n, loop in zip(names, loops)}
+    kept = []
+    for c in _conjuncts(cond):
+        b = next(((n, _bound(c, n, n)) for n in names if _bound(c, n, n) is not None), None)
+        if b is None or not _free_of(b[1][1], names):
+            kept.append(c)
+            continue
+        n, (kind, e) = b
+        bounds[n] = _apply(kind, e, *bounds[n])
+    body = Store(dst, s.index, x)
+    if kept:
+        test = kept[0]
+        for c in kept[1:]:
+            test = op("and", test, c)
+        body = If(test, body)
+    for loop in reversed(loops):
+        start, stop = bounds[loop.var.name]
+        body = For(loop.var, stop, "serial", body, start)
+    return body

@@ -13,9 +13,12 @@ differ); statements, loops, loads and stores here.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ...tir import BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, from_sympy
+from ...compile.mask_bounds import update_region
 from ...tir.analysis import inplace_input
 from ...tir.index_checks import check_numbers
 from .irtypes import fconst, is_float, llty, memty, suffix
@@ -76,6 +79,8 @@ class KernelEmitter:
     # rest of the statement; None outside statements (host code between blocks).
     _shared: dict | None = None
     _lazy = 0
+    may_alias: dict = {}        # input buffer name -> the output it may share memory with
+    region = None               # (input, output) LLVM names of an in-place update's region body
 
     def __init__(self, f: PrimFunc, sym: str):
         self.f = f
@@ -105,7 +110,21 @@ class KernelEmitter:
         dims = "".join(f", i64 %d{k}" for k in range(len(f.dim_vars)))
         err = ", ptr %err" if self.checks else ""
         body = self._body_fn(f"{self.sym}.body", bufs + dims + err, parallel)
-        return "\n\n".join([body, self._omp_fn(), self._entry_fn(parallel)])
+        parts = [body, self._omp_fn()]
+        # an update run in place (its input and output one buffer) stores only the elements
+        # it changes: the narrowed loops of ``update_region``, called instead of the body
+        self.region = None
+        if self.may_alias and not f.zero_outputs:
+            (src, dst), = self.may_alias.items()
+            named = {b.name: b for b in f.params}
+            region = update_region(f, named[src], named[dst])
+            if region is not None:
+                self.region = (self.bufname[src], self.bufname[dst])
+                whole, self.f = f, copy.copy(f)
+                self.f.body = region
+                parts.append(self._body_fn(f"{self.sym}.inplace", bufs + dims + err, False))
+                self.f = whole
+        return "\n\n".join(parts + [self._entry_fn(parallel)])
 
     def _body_fn(self, name, params, parallel) -> str:
         fn = self.fn = _Fn()
@@ -196,6 +215,14 @@ class KernelEmitter:
                     if v.startswith("i64")}
         if self.f.zero_outputs:
             self._zero_outputs(vals)
+        if self.region is not None:
+            src, dst = (vals[int(b[2:])].split()[1] for b in self.region)
+            same, other = fn.label("inplace"), fn.label("copying")
+            fn.emit(f"br i1 {fn.val('i1', f'icmp eq ptr {src}, {dst}')}, label %{same}, label %{other}")
+            fn.start_block(same)
+            fn.emit(f"call void @{self.sym}.inplace({', '.join(vals)}, i64 0, i64 0)")
+            fn.emit("ret void")
+            fn.start_block(other)
         if not parallel:
             fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 0, i64 0)")
             fn.emit("ret void")
