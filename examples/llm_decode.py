@@ -22,8 +22,9 @@ The cache is kept two ways, each compiled once for every length:
     stop at (a mask, ``rnp.arange(max_len) <= pos``, gives the same numbers but forms every
     score and reads the whole cache).
 
-Both are functional, as everything in relaxjax (and JAX without buffer donation): a step
-returns new caches, so (a) copies the ``t`` positions so far and (b) all ``max_len`` of them.
+Both are functional, as everything in relaxjax: a step returns new caches, so (a) copies the
+``t`` positions so far; (b) donates its caches (``donate_argnums``, as in JAX), so the step
+writes the new position into the arrays it was given and copies nothing.
 
 The decode steps have explicit signatures (``shapes=`` with ``rj.dim``), so one compile serves
 every batch size and cache lengths 0..1023 in (1..1024 out); the same functions in automatic
@@ -231,8 +232,11 @@ def make_jitted(cfg: Config, params):
         "prefill_prealloc": rj.jit(lambda p, x: prefill(p, x, H, M), shapes=(P, prompt)),
         "decode_concat": rj.jit(lambda p, x, c: decode_concat(p, x, c, H),
                                 shapes=(P, token, kv(t))),
+        # the caches are donated (JAX's donate_argnums): each step writes its key and value
+        # into the arrays it was given, instead of copying all max_len positions
         "decode_prealloc": rj.jit(lambda p, x, pos, c: decode_prealloc(p, x, pos, c, H),
-                                  shapes=(P, token, rj.ShapeDtypeStruct((), i32), kv(M))),
+                                  shapes=(P, token, rj.ShapeDtypeStruct((), i32), kv(M)),
+                                  donate_argnums=3),
     }
 
 
@@ -362,7 +366,8 @@ def main(small: bool) -> None:
     auto = {"prefill": rj.jit(lambda p, x: prefill(p, x, H)),
             "prefill_prealloc": rj.jit(lambda p, x: prefill(p, x, H, M)),
             "decode_concat": rj.jit(lambda p, x, c: decode_concat(p, x, c, H)),
-            "decode_prealloc": rj.jit(lambda p, x, pos, c: decode_prealloc(p, x, pos, c, H))}
+            "decode_prealloc": rj.jit(lambda p, x, pos, c: decode_prealloc(p, x, pos, c, H),
+                                      donate_argnums=3)}
     for batch, plen in ((1, 5), (8, 9), (3, 2)):
         prompt = rng.integers(0, cfg.vocab, (batch, plen)).astype(np.int32)
         la, toks, _, _ = generate(auto, "concat", params, prompt, 3)

@@ -238,7 +238,8 @@ class Jitted:
     """The object ``jit`` returns.  See :func:`jit`."""
 
     def __init__(self, fun: Callable, *, shapes=None, static_argnums=(), static_argnames=(),
-                 backend: str | None = None, pipeline: Sequence[Pass] | None = None):
+                 donate_argnums=(), donate_argnames=(), backend: str | None = None,
+                 pipeline: Sequence[Pass] | None = None):
         if not callable(fun):
             raise TypeError(f"jit: expected a function or other callable, got {fun!r} "
                             f"of type {type(fun).__name__}")
@@ -271,6 +272,18 @@ class Jitted:
                 if pos is not None and pos not in self.static_argnums:
                     self.static_argnums += (pos,)
         self.static_argnames = names
+        donate = tuple(donate_argnums) if isinstance(donate_argnums, (tuple, list)) else (donate_argnums,)
+        donate_names = (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames)
+        donate = check_static(self.__name__, self._sig, donate, donate_names, what="donate")
+        if self._sig is not None:
+            params = list(self._sig.parameters.values())
+            donate += tuple(i for i, p in enumerate(params) if p.name in donate_names and
+                            p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY))
+        if set(donate) & set(self.static_argnums):
+            raise ValueError(f"{self.__name__}: argument {sorted(set(donate) & set(self.static_argnums))[0]} "
+                             f"is both static and donated (only arrays are donated)")
+        # positions (and keyword names) of the donated arguments; jit_trace marks their leaves
+        self.donated = frozenset(donate) | frozenset(donate_names)
         self._cache: dict = {}
         self._hits = self._misses = self._compiles = 0
         # held while a miss traces and compiles (so that threads missing at once compile one
@@ -442,7 +455,8 @@ class Jitted:
         return module, build
 
 def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_argnames=(),
-        backend: str | None = None, pipeline: Sequence[Pass] | None = None):
+        donate_argnums=(), donate_argnames=(), backend: str | None = None,
+        pipeline: Sequence[Pass] | None = None):
     """Compile ``fun`` for dynamic shapes.
 
     Without ``shapes`` (automatic mode) the first call makes every dimension a symbol (of
@@ -458,12 +472,21 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
     As in JAX, every call returns new arrays (never an argument or a cached constant), NumPy
     arrays the function captures (closures, globals) are constants of the trace, copied when
     it is traced, and static arguments key the cache by type and value bits.
+
+    ``donate_argnums``/``donate_argnames`` (JAX's buffer donation): the arrays of these
+    arguments may be written over to hold results, so an update of a donated array (a cache
+    written at one position, ``x.at[i].set(v)``) is made in place and touches only what it
+    changes.  The caller gives the arrays up: their contents after the call are unspecified
+    (JAX deletes them).  An array is only reused when it is writeable and shares no memory
+    with another argument; the LLVM backend reuses, the others ignore the hint.
     """
     if fun is None:
         return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,
-                             static_argnames=static_argnames, backend=backend, pipeline=pipeline)
+                             static_argnames=static_argnames, donate_argnums=donate_argnums,
+                             donate_argnames=donate_argnames, backend=backend, pipeline=pipeline)
     return Jitted(fun, shapes=shapes, static_argnums=static_argnums, static_argnames=static_argnames,
-                  backend=backend, pipeline=pipeline)
+                  donate_argnums=donate_argnums, donate_argnames=donate_argnames, backend=backend,
+                  pipeline=pipeline)
 
 
 def make_ir(fun: Callable, **jit_kwargs) -> Callable[..., IRModule]:

@@ -43,17 +43,17 @@ def leaf_kind(x, name: str):
                     f"with static_argnums/static_argnames)")
 
 
-def check_static(fname: str, sig, argnums: tuple, argnames: tuple) -> tuple:
-    """``static_argnums`` with negative indices counted from the last positional parameter,
-    after checking both against the signature (when it can be read): an index past the
-    positional parameters or a name that is no parameter is an error naming it, as in
-    JAX, not a static argument that is silently never static."""
+def check_static(fname: str, sig, argnums: tuple, argnames: tuple, what: str = "static") -> tuple:
+    """``static_argnums`` (``what="donate"``: ``donate_argnums``) with negative indices
+    counted from the last positional parameter, after checking both against the signature
+    (when it can be read): an index past the positional parameters or a name that is no
+    parameter is an error naming it, as in JAX, not an argument silently never static."""
     for i in argnums:
         if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
-            raise TypeError(f"{fname}: static_argnums must be ints, got {i!r}")
+            raise TypeError(f"{fname}: {what}_argnums must be ints, got {i!r}")
     for n in argnames:
         if not isinstance(n, str):
-            raise TypeError(f"{fname}: static_argnames must be strings, got {n!r}")
+            raise TypeError(f"{fname}: {what}_argnames must be strings, got {n!r}")
     if sig is None:
         return tuple(int(i) for i in argnums)
     params = list(sig.parameters.values())
@@ -64,7 +64,7 @@ def check_static(fname: str, sig, argnums: tuple, argnames: tuple) -> tuple:
         i = int(i)
         j = i + len(positional) if i < 0 and not var_pos else i
         if j < 0 or (j >= len(positional) and not var_pos):
-            raise ValueError(f"{fname}: static_argnums has {i}, but the function takes "
+            raise ValueError(f"{fname}: {what}_argnums has {i}, but the function takes "
                              f"{len(positional)} positional argument{'s' * (len(positional) != 1)}"
                              f"{' (and *args: a negative index is ambiguous)' if var_pos else ''}")
         out.append(j)
@@ -72,7 +72,7 @@ def check_static(fname: str, sig, argnums: tuple, argnames: tuple) -> tuple:
     if not any(p.kind == p.VAR_KEYWORD for p in params):
         for n in argnames:
             if n not in keyword:
-                raise ValueError(f"{fname}: static_argnames has {n!r}, which is not a parameter "
+                raise ValueError(f"{fname}: {what}_argnames has {n!r}, which is not a parameter "
                                  f"the function takes by name (it takes {sorted(keyword)})")
     return tuple(out)
 
@@ -115,10 +115,11 @@ def path_name(argname: str, path: tuple) -> tuple[str, str]:
 
 
 class Leaf:
-    __slots__ = ("value", "kind", "display", "ident", "struct")
+    __slots__ = ("value", "kind", "display", "ident", "struct", "arg")
 
-    def __init__(self, value, kind, display, ident, struct=None):
+    def __init__(self, value, kind, display, ident, struct=None, arg=None):
         self.value, self.kind, self.display, self.ident, self.struct = value, kind, display, ident, struct
+        self.arg = arg          # the argument it is a leaf of: its position, or its keyword
 
     def struct_type(self, env: ShapeEnv, taken: set) -> TensorType:
         if self.struct is not None:                     # explicit: declared dims and bounds
@@ -199,8 +200,9 @@ class CallArgs:
         treedefs = []
         self.has_tracer = self.has_struct = False
         self.any_auto = False
-        for (name, value, spec) in ([(n, a, s) for n, a, s in zip(dyn_names, dyn_args, specs)] +
-                                    [(k, v, None) for k, v in dyn_kwargs.items()]):
+        dyn_pos = [i for i in range(len(self.args)) if i not in self.static_pos]
+        for (arg, name, value, spec) in ([(i, n, a, s) for i, n, a, s in zip(dyn_pos, dyn_names, dyn_args, specs)] +
+                                         [(k, k, v, None) for k, v in dyn_kwargs.items()]):
             paths, leaves, td = optree.tree_flatten_with_path(value, none_is_leaf=False)
             treedefs.append(td)
             spec_leaves = [None] * len(leaves)
@@ -221,7 +223,7 @@ class CallArgs:
                     sp = leaf
                 if sp is None and kind != "struct":
                     self.any_auto = True
-                self.leaves.append(Leaf(leaf, kind, disp, ident, sp))
+                self.leaves.append(Leaf(leaf, kind, disp, ident, sp, arg))
         self.treedefs = treedefs
         self.on_device = any(l.kind == "array" and on_device(l.value) for l in self.leaves)
         if self.has_tracer:

@@ -23,6 +23,7 @@ from .engine import (_NATIVE_FAILED, compile_llvm, generated_products, kernel_co
                      module_with_kernels, native_code, prepare_process, use_gemms)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
+from ...tir.analysis import inplace_input
 from ...tir.families import families
 from ...tir.index_checks import ERROR_RECORD, index_error
 from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, python_library
@@ -175,7 +176,7 @@ class LLVMExecutable(Executable):
     def _runner_globals(self) -> dict:
         """The generated runner's globals that live in this process: functions, the memory
         closures, the segments' entry points, the constants."""
-        g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64,
+        g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64, "_donatable": _donatable,
              "_host": self._host_op, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
         self._stats = [0, 0, 0, 0, 0, None, None]
@@ -223,6 +224,7 @@ class LLVMExecutable(Executable):
             L.append(f"  _b[{k}] = _c{k}")
         if mem is not None:
             L += mem.prologue(local)
+        donors = self._donors()
         for si, st in enumerate(self.steps):
             if isinstance(st, (Segment, LibraryHostCall)):
                 for b in (st.calls if isinstance(st, Segment) else [st.binding]):
@@ -231,9 +233,15 @@ class LLVMExecutable(Executable):
                         shape = f"({shape}{',' if len(v.type.shape) == 1 else ''})"
                         data[f"_t{self.slot_of[v]}"] = v.type.dtype
                         if mem is not None:
-                            L += mem.allocate(v, shape, local)
+                            alloc = mem.allocate(v, shape, local)
                         else:
-                            L.append(f"  _b[{self.slot_of[v]}] = _empty({shape}, _t{self.slot_of[v]})")
+                            alloc = [f"  _b[{self.slot_of[v]}] = _empty({shape}, _t{self.slot_of[v]})"]
+                        if v in donors:             # the donated argument's array, when it may be
+                            k = self.slot_of[donors[v]]
+                            L += [f"  if _donatable(_b[{k}], arrays, {k}):", f"    _b[{self.slot_of[v]}] = _b[{k}]",
+                                  "  else:", *("  " + line for line in alloc)]
+                        else:
+                            L += alloc
                 if isinstance(st, LibraryHostCall):
                     L.append(f"  _lib({si}, _b, D)")
                     continue
@@ -261,6 +269,36 @@ class LLVMExecutable(Executable):
             L += mem.epilogue()
         L.append(f"  return [{', '.join(res)}]")
         return "\n".join(L), data
+
+    def _donors(self) -> dict:
+        """Results to write into a donated parameter's array (``jit``'s ``donate_argnums``):
+        result -> parameter, where a program updates the parameter in place into the result
+        (``tir.analysis.inplace_input``) and nothing else reads the parameter; the program
+        then stores only what it changes (``codegen``: ``update_region``)."""
+        fn = self.fn
+        donated = {fn.params[k] for k in fn.attrs.get("donated", ())}
+        if not donated:
+            return {}
+        uses: dict = {}
+        for b in fn.bindings:
+            for a in b.args:
+                if isinstance(a, Var):
+                    uses[a] = uses.get(a, 0) + 1
+        results = [r for r in fn.results if isinstance(r, Var)]
+        planned = self.memory_plan.storage_of if self.memory_plan is not None else {}
+        out = {}
+        for b in fn.bindings:
+            if b.kind != "tir" or len(b.outvars) != 1:
+                continue
+            j = inplace_input(b.callee)
+            r = b.outvars[0]
+            if j is None or r not in results or r in planned or r in out:
+                continue
+            p = b.args[j]
+            if p in donated and uses.get(p) == 1 and p not in results and p.type == r.type:
+                out[r] = p
+                donated.discard(p)
+        return out
 
     def memory_stats(self, dims: dict | None = None) -> dict:
         """How calls use memory.  ``allocations_per_call``: NumPy allocations (intermediates
@@ -391,6 +429,17 @@ def _segment_views(fn: Function) -> set:
     return {b for b in fn.bindings
             if b.kind == "primitive" and b.callee.name == "reshape" and not regions(b)
             and isinstance(b.args[0], Var) and b.outvars[0] not in python_uses}
+
+
+def _donatable(buf: np.ndarray, arrays, k: int) -> bool:
+    """Whether argument ``k``'s buffer (``buf``: the array passed, or its contiguous copy)
+    may be written over by a result: a copy is ours; the caller's array must be writeable
+    and share no memory with another argument (which the call still reads)."""
+    a = arrays[k]
+    if buf is not a:
+        return True
+    return type(a) is np.ndarray and a.flags.writeable and not any(
+        j != k and isinstance(b, np.ndarray) and np.may_share_memory(a, b) for j, b in enumerate(arrays))
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
