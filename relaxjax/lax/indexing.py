@@ -351,10 +351,16 @@ scatter.vjp = _scatter_vjp
 
 def _take_batch(args, batched, *, axis):
     """A batched array gathered by shared indices, or a shared array (a table) gathered by
-    batched indices; both batched: the per-example loop."""
+    batched indices; both batched: along the first axis, each example's indices gathered
+    from its own array (``take_along_axis``), else the per-example loop."""
     x, idx = args
     if batched[0] and batched[1]:
-        return None
+        if axis != 0:
+            return None
+        size, per = x.type.shape[0], tuple(idx.type.shape[1:])
+        flat = au.bind("reshape", idx, new_sizes=(size, _count(per)) + (1,) * (x.ndim - 2))
+        out = take_along_axis.bind(x, flat, axis=1)
+        return au.bind("reshape", out, new_sizes=(size,) + per + tuple(x.type.shape[2:]))
     if batched[0]:
         return take.bind(x, idx, axis=axis + 1)
     out = take.bind(x, idx, axis=axis)        # the batch lands where the indices go
@@ -370,3 +376,124 @@ def _take_along_batch(args, batched, *, axis):
 
 take.batch = _take_batch
 take_along_axis.batch = _take_along_batch
+
+
+_I64 = np.dtype("int64")
+
+
+def _window_starts(starts, sizes, shape, size):
+    """Per example (a (batch,) int64 each), the dynamic starts clamped as ``dynamic_slice``
+    clamps them: into ``[0, shape - sizes]``."""
+    out = []
+    for s, m, n in zip(starts, sizes, shape):
+        s = au.bind("convert", s, dtype=_I64, weak=False)
+        hi = au.bind("sub", au.dim_scalar(n, _I64), au.dim_scalar(m, _I64))
+        s = au.bind("max", au.bind("min", s, hi), au.const(s, 0))
+        out.append(s if s.ndim else au.bind("broadcast_to", s, shape=(size,)))
+    return out
+
+
+def _along(idx, axis: int, rank: int):
+    """``idx`` (batch, m) shaped to index ``axis`` of a batched array of ``rank`` dims."""
+    shape = [idx.type.shape[0]] + [1] * (rank - 1)
+    shape[axis] = idx.type.shape[1]
+    return au.bind("reshape", idx, new_sizes=tuple(shape))
+
+
+def _dynamic_slice_batch(args, batched, *, sizes):
+    """Shared starts: one more axis sliced whole.  Starts per example: the axes they move
+    on are gathered (``take_along_axis``) from each example's clamped start."""
+    size = batching.batch_size(args, batched)
+    x = batching.materialize(args[0], batched[0], size)
+    starts, moving = args[1:], batched[1:]
+    shape = x.type.shape[1:]
+    zero = np.zeros((), np.int64)
+    out = dynamic_slice_p.bind(x, zero, *[zero if f else s for s, f in zip(starts, moving)],
+                               sizes=(size,) + tuple(n if f else m for n, m, f in zip(shape, sizes, moving)))
+    firsts = _window_starts([s for s, f in zip(starts, moving) if f],
+                            [m for m, f in zip(sizes, moving) if f], [n for n, f in zip(shape, moving) if f], size)
+    for k in [k for k, f in enumerate(moving) if f]:
+        s = firsts.pop(0)
+        idx = au.bind("add", au.bind("reshape", s, new_sizes=(size, 1)),
+                      au.bind("iota", shape=(1, sizes[k]), dimension=1, dtype=_I64))
+        out = take_along_axis.bind(out, _along(idx, k + 1, out.ndim), axis=k + 1)
+    return out
+
+
+def _dynamic_update_batch(args, batched):
+    """Shared starts: one more axis updated whole.  Starts per example: each example's
+    window, found by its clamped starts, takes the update gathered to the array's shape."""
+    size = batching.batch_size(args, batched)
+    x = batching.materialize(args[0], batched[0], size)
+    upd = batching.materialize(args[1], batched[1], size)
+    starts = args[2:]
+    zero = np.zeros((), np.int64)
+    if not any(batched[2:]):
+        return dynamic_update_slice_p.bind(x, upd, zero, *starts)
+    shape, sizes = x.type.shape[1:], upd.type.shape[1:]
+    firsts = _window_starts(starts, sizes, shape, size)
+    keep, gathered = None, upd
+    for k, (s, m, n) in enumerate(zip(firsts, sizes, shape)):
+        rel = au.bind("sub", au.bind("iota", shape=(1, n), dimension=1, dtype=_I64),
+                      au.bind("reshape", s, new_sizes=(size, 1)))                    # (batch, n)
+        inside = au.bind("and", au.bind("ge", rel, au.const(rel, 0)),
+                         au.bind("lt", rel, au.dim_scalar(m, _I64)))
+        idx = au.bind("max", au.bind("min", rel, au.bind("sub", au.dim_scalar(m, _I64), au.const(rel, 1))),
+                      au.const(rel, 0))
+        gathered = take_along_axis.bind(gathered, _along(idx, k + 1, x.ndim), axis=k + 1)
+        inside = _along(inside, k + 1, x.ndim)
+        keep = inside if keep is None else au.bind("and", keep, inside)
+    return au.bind("select", keep, gathered, x)
+
+
+def _update_slice_batch(args, batched, *, start, size, step):
+    n = batching.batch_size(args, batched)
+    x, upd = (batching.materialize(a, b, n) for a, b in zip(args, batched))
+    return update_slice.bind(x, upd, start=(0,) + tuple(start), size=(n,) + tuple(size),
+                             step=(1,) + tuple(step))
+
+
+def _scatter_batch(args, batched, *, axis, mode, oob):
+    """Shared indices: a scatter along the next axis.  Indices per example into axis 0:
+    the examples' axes laid end to end (each example's indices offset by its start), one
+    scatter, reshaped back; into another axis, the per-example loop."""
+    size = batching.batch_size(args, batched)
+    x = batching.materialize(args[0], batched[0], size)
+    upd = batching.materialize(args[2], batched[2], size)
+    idx = args[1]
+    if not batched[1]:
+        return scatter.bind(x, idx, upd, axis=axis + 1, mode=mode, oob=oob)
+    if axis != 0:
+        return None
+    n = x.type.shape[1]
+    j = au.bind("convert", idx, dtype=_I64, weak=False)
+    d = au.dim_scalar(n, _I64)
+    j = au.bind("select", au.bind("lt", j, au.const(j, 0)), au.bind("add", j, d), j)
+    if oob == "clip":
+        j = au.bind("max", au.bind("min", j, au.bind("sub", d, au.const(j, 1))), au.const(j, 0))
+    else:                    # out of range: past the end of all the examples (dropped, or the error)
+        total = au.bind("mul", d, au.dim_scalar(size, _I64))
+        inside = au.bind("and", au.bind("ge", j, au.const(j, 0)), au.bind("lt", j, d))
+        j = au.bind("select", inside, j, au.bind("broadcast_to", total, shape=tuple(j.type.shape)))
+    offset = au.bind("mul", au.bind("iota", shape=(size,) + (1,) * (j.ndim - 1), dimension=0, dtype=_I64), d)
+    j = au.bind("add", j, offset)
+    rest = tuple(x.type.shape[2:])
+    per = tuple(idx.type.shape[1:])
+    flat = au.bind("scatter", au.bind("reshape", x, new_sizes=(size * n,) + rest),
+                   au.bind("reshape", j, new_sizes=(size * _count(per),)),
+                   au.bind("reshape", upd, new_sizes=(size * _count(per),) + rest),
+                   axis=0, mode=mode, oob=oob)
+    return au.bind("reshape", flat, new_sizes=tuple(x.type.shape))
+
+
+def _count(dims) -> object:
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+dynamic_slice_p.batch = _dynamic_slice_batch
+dynamic_update_slice_p.batch = _dynamic_update_batch
+update_slice.batch = _update_slice_batch
+scatter.batch = _scatter_batch
