@@ -78,7 +78,8 @@ if IMPL == "generated":
     from relaxjax.backends.llvm import engine, gemm
     engine.prepare_process()
     # batch, sa, sb, sc, M, N, K, then (pointer, leading dimension) for A, B and C
-    sig = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64] * 3))
+    sig = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64] * 3
+                                   + [ctypes.c_void_p] * 2))   # (no epilogue)
 if IMPL == "jax":
     import jax, jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
@@ -109,7 +110,7 @@ for name, batch, m, k, n, epi in CASES:
             engine.use_gemms([v])
             g = sig(engine._GEMMS[v].address(v))
             c = np.empty((m, n), dtype)
-            t = timeit(lambda: g(1, 0, 0, 0, m, n, k, a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n))
+            t = timeit(lambda: g(1, 0, 0, 0, m, n, k, a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, None, None))
         elif IMPL == "openblas":
             c = np.empty((m, n), dtype)
             t = timeit(lambda: np.matmul(a, b, out=c))

@@ -51,7 +51,7 @@ def test_batched_product_agrees_with_numpy(batch, m, n, k, ta, tb, letter, share
         c = np.full(max(batch, 1) * sc + 1, np.nan, dtype)
         _product(gemm.gemm_symbol(letter, ta, tb), bits)[1](
             batch, sa, sb, sc, m, n, k, a.ctypes.data, ashape[1], b.ctypes.data, bshape[1],
-            c.ctypes.data, n)
+            c.ctypes.data, n, None, None)
         for t in range(batch):
             A = a[0 if shared == "a" else t, :ashape[0] * ashape[1]].reshape(ashape).astype(np.float64)
             B = b[0 if shared == "b" else t, :bshape[0] * bshape[1]].reshape(bshape).astype(np.float64)
@@ -76,7 +76,7 @@ def test_batched_products_split_between_threads(threads):
             b = rng.uniform(-1, 1, (batch, k, n)).astype(np.float32)
             c = np.full((batch, m, n), np.nan, np.float32)
             _product("rj_gemm_s_nn", target.vector_bits())[1](
-                batch, m * k, k * n, m * n, m, n, k, a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n)
+                batch, m * k, k * n, m * n, m, n, k, a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, None, None)
             want = a.astype(np.float64) @ b
             assert np.all(np.abs(c - want) <= 1.01 * k * 2 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30)
     finally:

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif("avx2" not in target.host_features() or "fma" no
                                 reason="the generated product needs FMA vectors (AVX2 or AVX-512)")
 
 _I, _P = ctypes.c_int64, ctypes.c_void_p
-# batch, sa, sb, sc, M, N, K, A, lda, B, ldb, C, ldc
-_SIG = ctypes.CFUNCTYPE(None, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _P, _I)
+# batch, sa, sb, sc, M, N, K, A, lda, B, ldb, C, ldc, epilogue, its argument
+_SIG = ctypes.CFUNCTYPE(None, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _P, _I, _P, _P)
 WIDTHS = [b for b in (256, 512) if b <= target.vector_bits()]
 DIMS = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 11, 12, 13, 31, 32, 33, 97]), st.integers(1, 300))
 
@@ -42,7 +42,7 @@ def _call(variant, bits, a, b, m, n, k, pad):
     _, f = _product(variant, bits)
     big = np.full((m + 1, n + pad), np.nan, a.dtype)
     f(1, 0, 0, 0, m, n, k, a.ctypes.data, a.strides[0] // a.itemsize, b.ctypes.data,
-      b.strides[0] // b.itemsize, big.ctypes.data, n + pad)
+      b.strides[0] // b.itemsize, big.ctypes.data, n + pad, None, None)
     return big
 
 

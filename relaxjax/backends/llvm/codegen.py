@@ -81,10 +81,15 @@ class KernelEmitter:
     _lazy = 0
     may_alias: dict = {}        # input buffer name -> the output it may share memory with
     region = None               # (input, output) LLVM names of an in-place update's region body
+    _clamp = None               # (inner loop, its first and end column) of a tile's body
 
-    def __init__(self, f: PrimFunc, sym: str):
+    def __init__(self, f: PrimFunc, sym: str, tiles: bool = False):
         self.f = f
         self.sym = sym
+        # also emit ``sym.tile(args, r0, r1, c0, c1)``: the program on rows [r0, r1) of its
+        # outer loop and columns [c0, c1) of its inner one (a product's epilogue run on each
+        # finished tile; ``epilogue.tile_fusable`` says which programs may)
+        self.tiles = tiles
         self.math_used: set = set()
         self.helpers_used: set = set()
         # (id(access), axis) -> check number of indices read from data; when there are
@@ -124,7 +129,21 @@ class KernelEmitter:
                 self.f.body = region
                 parts.append(self._body_fn(f"{self.sym}.inplace", bufs + dims + err, False))
                 self.f = whole
+        if self.tiles:
+            inner = f.body.body.stmts[0] if isinstance(f.body.body, Seq) else f.body.body
+            self._clamp = (inner, "%c0", "%c1")
+            parts.append(self._body_fn(f"{self.sym}.tilebody", bufs + dims + err + ", i64 %c0, i64 %c1", True))
+            self._clamp = None
+            parts.append(self._tile_fn())
         return "\n\n".join(parts + [self._entry_fn(parallel)])
+
+    def _tile_fn(self) -> str:
+        fn = self.fn = _Fn()
+        vals = self._arg_list("%args", fn)
+        fn.emit(f"call void @{self.sym}.tilebody({', '.join(vals)}, i64 %c0, i64 %c1, i64 %r0, i64 %r1)")
+        fn.emit("ret void")
+        return "\n".join([f"define internal void @{self.sym}.tile(ptr %args, i64 %r0, i64 %r1, i64 %c0, "
+                          f"i64 %c1) {{\nentry:"] + fn.lines + ["}"])
 
     def _body_fn(self, name, params, parallel) -> str:
         fn = self.fn = _Fn()
@@ -359,6 +378,8 @@ class KernelEmitter:
 
     def _for(self, s: For, lo: str | None = None, hi: str | None = None) -> None:
         fn = self.fn
+        if self._clamp is not None and s is self._clamp[0]:
+            lo, hi = self._clamp[1:]
         start = self._expr(s.start)
         ext = self._expr(s.extent)
         if lo is not None:

@@ -360,8 +360,9 @@ class KernelCode:
     math_used: frozenset
 
 
-def kernel_code(f: PrimFunc) -> KernelCode:
-    em = KernelEmitter(block_column_reductions(f), "@@SYM@@")
+def kernel_code(f: PrimFunc, tiles: bool = False) -> KernelCode:
+    """``f``'s code (with its tile function for a product's epilogue, ``tiles``)."""
+    em = KernelEmitter(block_column_reductions(f), "@@SYM@@", tiles)
     body = em.emit()
     decls = set(_KERNEL_DECLS)
     helpers = []

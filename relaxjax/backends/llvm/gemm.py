@@ -32,8 +32,13 @@ transposes); :func:`gemm_symbol` its name.  Its ABI is CBLAS's row-major gemm wi
 alpha = 1 and beta = 0, over a batch of products with fixed strides between them (a
 batched product, ``einsum("bhqd,bhkd->bhqk")`` or a ``vmap``'s, is one call, its threads
 splitting the products' tiles, instead of a loop of calls):  ``void f(i64 batch, i64 sa,
-i64 sb, i64 sc, i64 M, i64 N, i64 K, ptr A, i64 lda, ptr B, i64 ldb, ptr C, i64 ldc)``,
-product t reading ``A + t * sa`` and ``B + t * sb`` and writing ``C + t * sc``.
+i64 sb, i64 sc, i64 M, i64 N, i64 K, ptr A, i64 lda, ptr B, i64 ldb, ptr C, i64 ldc,
+ptr epi, ptr epa)``, product t reading ``A + t * sa`` and ``B + t * sb`` and writing ``C + t *
+sc``.  ``epi`` (or null): the *epilogue*, ``epi(epa, r0, r1, c0, c1)``, called on each block
+of C, rows [r0, r1) by columns [c0, c1), as soon as the block is final (after its last
+contraction slice, while it is in cache: a row block of MC rows by a column block), for a
+product of a batch of one: the kernel that follows the product (a bias, an activation;
+``epilogue.py``) reads C once, from cache.
 """
 from __future__ import annotations
 
@@ -341,7 +346,8 @@ def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta
     ty = b.ty
     packed_kernel, inplace_kernel = ukernels
     fn = _Fn(f"define internal void @{name}(i64 %m0, i64 %m1, i64 %n0, i64 %n1, i64 %K, ptr %A, i64 %lda, "
-             f"ptr %B, i64 %ldb, ptr %C, i64 %ldc, ptr %abuf, ptr %bbuf) #0")
+             f"ptr %B, i64 %ldb, ptr %C, i64 %ldc, ptr %abuf, ptr %bbuf, ptr %epi, ptr %epa) #0")
+    has_epi = fn.value("icmp ne ptr %epi, null")
     if tb:
         packb = "true"
     else:
@@ -357,6 +363,9 @@ def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta
             kleft = fn.value(f"sub nsw i64 %K, {pc}")
             kc = _min(fn, kleft, str(b.kc))
             add = fn.value(f"icmp sgt i64 {pc}, 0")
+            # the last contraction slice finishes each tile: the epilogue runs on it then
+            end = fn.value(f"add nsw i64 {pc}, {kc}")
+            finish = fn.value(f"and i1 {has_epi}, {fn.value(f'icmp sge i64 {end}, %K')}")
             packing, packed = fn.label("packb"), fn.label("packedb")
             fn.emit(f"br i1 {packb}, label %{packing}, label %{packed}")
             fn.start_block(packing)
@@ -409,6 +418,15 @@ def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta
                         fn.start_block(stored)
                     fn.loop("0", mc, b.mr, ir_loop)
                 fn.loop("0", nc, b.nr, jr_loop)
+                # the block's rows are final after the last slice: the epilogue runs on them,
+                # whole rows of the column block (long vector loops), from L2
+                epi, done = fn.label("epi"), fn.label("blockdone")
+                fn.emit(f"br i1 {finish}, label %{epi}, label %{done}")
+                fn.start_block(epi)
+                fn.emit(f"call void %epi(ptr %epa, i64 {ic}, i64 {fn.value(f'add nsw i64 {ic}, {mc}')}, "
+                        f"i64 {jc}, i64 {fn.value(f'add nsw i64 {jc}, {nc}')})")
+                fn.emit(f"br label %{done}")
+                fn.start_block(done)
             fn.loop("%m0", "%m1", b.mc, ic_loop)
         fn.loop("0", "%K", b.kc, pc_loop)
     fn.loop("%n0", "%n1", b.nc, jc_loop)
@@ -452,8 +470,8 @@ PARALLEL_MIN_FLOPS = 1 << 21
 # the product function's arguments (the worker reads them from its context, in this order):
 # ``batch`` products, the t-th of A + t * sa, B + t * sb into C + t * sc (strides in
 # elements; 0: one operand shared by every product)
-_ARGS = ("batch", "sa", "sb", "sc", "M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc")
-_TYPES = ("i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64")
+_ARGS = ("batch", "sa", "sb", "sc", "M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc", "epi", "epa")
+_TYPES = ("i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "ptr")
 
 # products of fewer rows than this may run a shorter micro-tile than the default
 # (``row_tiles``); taller ones keep the tile the measured rule was made with
@@ -527,7 +545,7 @@ def _worker(b: Blocking, name: str, work: str, blk: str) -> str:
             ptrs.append(fn.value(f"getelementptr inbounds {b.ty}, ptr {vals[p]}, i64 {off}"))
         fn.emit(f"call void @{blk}(i64 {m0}, i64 {m1}, i64 {n0}, i64 {n1}, i64 {vals['K']}, ptr {ptrs[0]}, "
                 f"i64 {vals['lda']}, ptr {ptrs[1]}, i64 {vals['ldb']}, ptr {ptrs[2]}, i64 {vals['ldc']}, "
-                f"ptr {abuf}, ptr {bbuf})")
+                f"ptr {abuf}, ptr {bbuf}, ptr {vals['epi']}, ptr {vals['epa']})")
     fn.loop(first, stop, 1, per_product)
     fn.emit("br label %out")
     fn.start_block("out")
@@ -574,6 +592,12 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
             fn.emit(f"call void @llvm.memset.p0.i64(ptr {row}, i8 0, i64 {fn.value(f'mul nsw i64 %N, {b.size}')}, i1 false)")
         fn.loop("0", "%M", 1, zero_row)
     fn.loop("0", "%batch", 1, zero_product)
+    zero_epi, zeroed = fn.label("zeroepi"), fn.label("zeroed")
+    fn.emit(f"br i1 {fn.value('icmp ne ptr %epi, null')}, label %{zero_epi}, label %{zeroed}")
+    fn.start_block(zero_epi)
+    fn.emit("call void %epi(ptr %epa, i64 0, i64 %M, i64 0, i64 %N)")
+    fn.emit(f"br label %{zeroed}")
+    fn.start_block(zeroed)
     fn.emit("br label %out")
     fn.start_block("product")
     # the arguments, the fork's cycle count and the late flag

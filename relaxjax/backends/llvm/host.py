@@ -114,8 +114,10 @@ class SegmentEmitter(KernelEmitter):
     segment), or at a gather index out of range (``INDEX_ERROR | (k + 1) << 32``)."""
 
     def __init__(self, seg: Segment, slot_of, dim_slot, kernel_syms, kernel_numbers=None,
-                 optimize: bool = True, generated_products: bool = True):
+                 optimize: bool = True, generated_products: bool = True, epilogues=None):
         self.seg, self.slot_of, self.dim_slot, self.kernel_syms = seg, slot_of, dim_slot, kernel_syms
+        # id(product binding) -> the program after it that runs on its tiles (``epilogue``)
+        self.epilogues = epilogues or {}
         self.optimize = optimize        # else LLVM leaves the segment as written (optnone)
         # whether products may call the generated code (engine.generated_products), else
         # every product is a BLAS call
@@ -140,11 +142,17 @@ class SegmentEmitter(KernelEmitter):
         for name, s in self.dim_slot.items():
             p = fn.val("ptr", f"getelementptr i64, ptr {dims}, i64 {s}")
             self.env[name] = fn.val("i64", f"load i64, ptr {p}")
+        fused = set()                   # programs run as a product's epilogue
         for k, b in enumerate(self.seg.calls):
+            if id(b) in fused:
+                continue
             if b.kind == "tir":
                 if b.callee.host_checks:
                     self._host_checks(b, k)
                 self._call_tir(b, k)
+            elif id(b) in self.epilogues:
+                fused.add(id(self.epilogues[id(b)]))
+                self._gemm_with_epilogue(b, self.epilogues[id(b)])
             elif b.callee.name in GEMMS:
                 self._gemm(b)
             elif b.callee.name in SYRKS:
@@ -205,10 +213,26 @@ class SegmentEmitter(KernelEmitter):
             fn.start_block(done)
         self.checked = True
 
-    def _call_tir(self, b: Binding, k: int) -> None:
-        """Call the kernel's entry with its argument array; a kernel that checks indices
-        read from data also gets the error record, read after the call (a failing check
-        returns ``INDEX_ERROR | (k + 1) << 32``)."""
+    def _gemm_with_epilogue(self, b: Binding, prog: Binding) -> None:
+        """Product ``b`` with program ``prog`` run on each of its tiles by the generated
+        product (``epilogue``), or after it where the product runs elsewhere (BLAS)."""
+        fn = self.fn
+        arr = self._kernel_args(prog)
+        done = f"%epidone{fn.n}"
+        fn.n += 1
+        fn.entry_allocas.append(f"{done} = alloca i1")
+        fn.emit(f"store i1 false, ptr {done}")
+        self._gemm(b, epilogue=(f"@{self.kernel_syms[id(prog.callee)]}.tile", arr, done))
+        run, skip = fn.label("epirun"), fn.label("episkip")
+        fn.emit(f"br i1 {fn.val('i1', f'load i1, ptr {done}')}, label %{skip}, label %{run}")
+        fn.start_block(run)
+        fn.emit(f"call void @{self.kernel_syms[id(prog.callee)]}(ptr {arr})")
+        fn.emit(f"br label %{skip}")
+        fn.start_block(skip)
+
+    def _kernel_args(self, b: Binding) -> str:
+        """The argument array of kernel call ``b`` (its buffers' addresses, dims, numbers,
+        and the error record where it checks indices), filled in."""
         fn, f = self.fn, b.callee
         checked = bool(data_index_checks(f))
         numbers = [str(v) for v in self.kernel_numbers.get(id(f), ())]
@@ -223,6 +247,15 @@ class SegmentEmitter(KernelEmitter):
         for j, v in enumerate(values):
             p = fn.val("ptr", f"getelementptr i64, ptr {arr}, i64 {j}")
             fn.emit(f"store i64 {v}, ptr {p}")
+        return arr
+
+    def _call_tir(self, b: Binding, k: int) -> None:
+        """Call the kernel's entry with its argument array; a kernel that checks indices
+        read from data also gets the error record, read after the call (a failing check
+        returns ``INDEX_ERROR | (k + 1) << 32``)."""
+        fn, f = self.fn, b.callee
+        checked = bool(data_index_checks(f))
+        arr = self._kernel_args(b)
         fn.emit(f"call void @{self.kernel_syms[id(f)]}(ptr {arr})")
         if checked:
             self._fail_if(fn.val("i1", f"icmp ne i64 {fn.val('i64', f'load i64, ptr {self.err}')}, 0"), k)
@@ -307,7 +340,7 @@ class SegmentEmitter(KernelEmitter):
         fn.emit(f"br label %{no}")
         fn.start_block(no)
 
-    def _gemm(self, b: Binding) -> None:
+    def _gemm(self, b: Binding, epilogue=None) -> None:
         """C = A @ B row-major through CBLAS, looping over (broadcast) batch dims; a
         ``_nt``/``_tn``/``_tt`` gemm's transposed operands are stored (..., N, K) / (..., K, M)."""
         fn = self.fn
@@ -343,10 +376,10 @@ class SegmentEmitter(KernelEmitter):
                 rows = rows * from_sympy(d)
             M, nb = self._expr(rows), 0
 
-        def call(pa, pb, pc):
-            self._gemm_call(sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc)
+        def call(pa, pb, pc, epilogue=None):
+            self._gemm_call(sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc, epilogue)
         if nb == 0:
-            call(pa, pb, pc)
+            call(pa, pb, pc, epilogue)
             return
         total = Const(1, INDEX)
         for d in osh[:nb]:
@@ -370,7 +403,7 @@ class SegmentEmitter(KernelEmitter):
             sa, sb, sc = (self._expr(x) for x in strides)
             g = fn.val("ptr", f"load ptr, ptr {ptr}")
             fn.emit(f"call void {g}(i64 {count}, i64 {sa}, i64 {sb}, i64 {sc}, i64 {M}, i64 {N}, i64 {K}, "
-                    f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc})")
+                    f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc}, ptr null, ptr null)")
             fn.emit(f"br label %{skip}")
             fn.start_block(loop)
         # batch loop: t over the output's batch elements; operands broadcast their batch dims
@@ -420,7 +453,8 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br label %{skip}")
             fn.start_block(skip)
 
-    def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc) -> None:
+    def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc,
+                   epilogue=None) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
         a real product of the shapes where it is faster (``gemm.use_generated``) runs the
         generated product; a product with one column (N == 1) or one row (M == 1) is a
@@ -446,8 +480,12 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
             fn.start_block(gen)
             g = fn.val("ptr", f"load ptr, ptr {ptr}")
+            epi = "ptr null, ptr null"
+            if epilogue is not None:        # (tile function, its argument array, the flag)
+                epi = f"ptr {epilogue[0]}, ptr {epilogue[1]}"
+                fn.emit(f"store i1 true, ptr {epilogue[2]}")
             fn.emit(f"call void {g}(i64 1, i64 0, i64 0, i64 0, i64 {M}, i64 {N}, i64 {K}, ptr {pa}, "
-                    f"i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc})")
+                    f"i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc}, {epi})")
             fn.emit(f"br label %{no}")
             fn.start_block(lib)
         gemv = f"{sym[:-2]}mv"           # @rj_blas_sgemm -> @rj_blas_sgemv

@@ -26,6 +26,7 @@ from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _L
 from ...tir.analysis import inplace_input
 from ...tir.families import families
 from ...tir.index_checks import ERROR_RECORD, index_error
+from .epilogue import epilogue_pairs
 from .host import INDEX_ERROR, HostOp, LibraryHostCall, Segment, SegmentEmitter, python_library
 from .native_loop import LLVMControlFlow
 
@@ -135,12 +136,17 @@ class LLVMExecutable(Executable):
         # kernels equal but for some numbers (complex parts, unrolled stages): one code each
         family = families(list(kernels.values()), lambda g: kernel_code(g).symbol) \
             if len(kernels) > 1 else {}
+        # programs that run on a generated product's tiles (``epilogue``): code with a tile
+        # function (not those sharing a family's code)
+        pairs = epilogue_pairs(self.segments, self.fn, self.memory_plan, frozenset(family)) \
+            if generated_products() else {}
+        tiled = {id(b.callee) for b in pairs.values()}
         codes, extra = {}, {}
         for k, f in kernels.items():
             if k in family:
                 program, extra[k] = family[k]
                 f = program
-            codes[k] = kernel_code(f)
+            codes[k] = kernel_code(f, tiles=k in tiled)
         syms = {k: c.symbol for k, c in codes.items()}
         parts, helpers = [], set()
         fallible = set()                # segments with a status to check
@@ -148,7 +154,7 @@ class LLVMExecutable(Executable):
         gemms: set = set()
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region,
-                                 generated_products=generated_products())
+                                 generated_products=generated_products(), epilogues=pairs)
             parts.append(em.emit())
             helpers |= em.helpers_used
             natives.update(em.natives)
