@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import relaxjax as rj
 import relaxjax.numpy as rnp
 import relaxjax.nn as nn
-from relaxjax.backends.llvm import engine, epilogue, gemm, target
+from relaxjax.backends.llvm import engine, epilogue, target
 
 from helpers import BACKENDS
 from test_gemm_generated import _product
