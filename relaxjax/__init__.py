@@ -17,7 +17,7 @@ from .frontend import call_library, match_cast
 from .ad import grad, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp
 from .ad_custom import checkpoint, custom_jvp, custom_vjp, remat
 from .vmap import vmap
-from . import numpy, nn, lax, compile  # noqa: F401
+from . import numpy, nn, lax, compile, ragged  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
                    uint8, uint16, uint32, uint64)

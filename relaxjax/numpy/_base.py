@@ -41,6 +41,8 @@ def arr(x: Any) -> Any:
     """Anything array-like -> a Tracer or a NumPy array (Python scalars use NumPy defaults)."""
     if isinstance(x, Tracer):
         return x
+    if hasattr(type(x), "__relaxjax_ufunc__"):     # applies elementwise functions itself (ragged)
+        return x
     if isinstance(x, SymbolicDim):
         return dim_tracer(x, weak=not isinstance(x, NumpyIntDim))
     if isinstance(x, np.ndarray):

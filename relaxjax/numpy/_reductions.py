@@ -12,6 +12,14 @@ from ._shape_ops import ravel
 from ._ufuncs import multiply, sqrt, subtract, true_divide
 
 
+def _own(a, name: str, axis, keepdims: bool):
+    """``a.<name>(axis=, keepdims=)`` for an operand that reduces itself (a ragged array), as
+    ``numpy.<name>`` calls the method of a non-ndarray; else None."""
+    if hasattr(type(a), "__relaxjax_ufunc__"):
+        return getattr(a, name)(axis=axis, keepdims=keepdims)
+    return None
+
+
 def _keepdims(r, a_shape, axes):
     new = tuple(1 if i in axes else d for i, d in enumerate(a_shape))
     return lax.reshape.bind(r, new_sizes=new)
@@ -33,6 +41,8 @@ def _reduce(prim, np_name, a, axis, dtype, keepdims, *, cast_to=None):
 
 def sum(a, axis=None, dtype=None, keepdims: bool = False):
     """``numpy.sum`` (ints accumulate in int64, bools count, like NumPy)."""
+    if (own := _own(a, "sum", axis, keepdims)) is not None:
+        return own
     return _reduce(lax.reduce_sum, "sum", a, axis, dtype, keepdims)
 
 
@@ -43,6 +53,8 @@ def prod(a, axis=None, dtype=None, keepdims: bool = False):
 
 def max(a, axis=None, keepdims: bool = False):
     """``numpy.max`` (NaN propagates; an empty axis is an error, as in NumPy)."""
+    if (own := _own(a, "max", axis, keepdims)) is not None:
+        return own
     return _reduce(lax.reduce_max, "max", a, axis, None, keepdims, cast_to=dtype_of(arr(a)))
 
 
@@ -70,6 +82,8 @@ def _count(a, axes):
 
 def mean(a, axis=None, dtype=None, keepdims: bool = False):
     """``numpy.mean``: sum in the result dtype (float64 for integers), divided by the count."""
+    if (own := _own(a, "mean", axis, keepdims)) is not None:
+        return own
     a = arr(a)
     axes = normalize_axes(axis, len(shape(a)))
     out_dt = dt.canonical(dtype) if dtype is not None else dt.reduction_dtype("mean", dtype_of(a))
@@ -79,6 +93,8 @@ def mean(a, axis=None, dtype=None, keepdims: bool = False):
 
 def var(a, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False):
     """``numpy.var``: mean of squared deviations, divided by ``max(count - ddof, 0)``."""
+    if (own := _own(a, "var", axis, keepdims)) is not None:
+        return own
     a = arr(a)
     axes = normalize_axes(axis, len(shape(a)))
     out_dt = dt.canonical(dtype) if dtype is not None else dt.reduction_dtype("var", dtype_of(a))

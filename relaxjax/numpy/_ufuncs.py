@@ -43,6 +43,16 @@ def _traced_operand(args) -> bool:
     return any(isinstance(a, (Tracer, SymbolicDim)) for a in args)
 
 
+def _delegate(args):
+    """The ``__relaxjax_ufunc__(fn, args)`` of an operand's type that applies elementwise
+    functions itself (``relaxjax.ragged.RaggedArray``: on its packed values), or None."""
+    for a in args:
+        h = getattr(type(a), "__relaxjax_ufunc__", None)
+        if h is not None:
+            return h
+    return None
+
+
 def _ufunc(np_name: str, prim, operator: bool = False):
     """A NumPy-named function: promote operands as ``np.<np_name>`` would, then bind ``prim``.
 
@@ -53,11 +63,15 @@ def _ufunc(np_name: str, prim, operator: bool = False):
     float in NumPy.
     """
     def fn(*args):
+        if (h := _delegate(args)) is not None:
+            return h(fn, args)
         return _strong(prim.bind(*_promote_ufunc(np_name, args)))
     fn.__name__ = np_name
     fn.__doc__ = f"Elementwise ``numpy.{np_name}``."
     if operator:
         def as_operator(*args):
+            if (h := _delegate(args)) is not None:
+                return h(as_operator, args)
             r = prim.bind(*_promote_ufunc(np_name, args))
             return r if _traced_operand(args) else _strong(r)
         fn.as_operator = as_operator
@@ -67,6 +81,8 @@ def _ufunc(np_name: str, prim, operator: bool = False):
 def _logical(np_name: str, prim):
     """``numpy.logical_*``: operands are truth values (nonzero), the result is bool."""
     def fn(*args):
+        if (h := _delegate(args)) is not None:
+            return h(fn, args)
         xs = _promote_ufunc(np_name, args)          # NumPy's TypeErrors, broadcasting dtypes
         return prim.bind(*[cast(x, np.dtype(bool)) for x in xs])
     fn.__name__ = np_name
@@ -120,6 +136,8 @@ def power(x1, x2):
     """Elementwise ``numpy.power``.  An integer power checks its exponents as NumPy does
     (ValueError for a negative one): at trace time when they are constants, else at run
     time."""
+    if (h := _delegate((x1, x2))) is not None:
+        return h(power, (x1, x2))
     a, b = _promote_ufunc("power", (x1, x2))
     if b.dtype.kind == "i" and a.dtype.kind == "i" and dtype_of(x2).kind not in "ub":
         atom = b.atom if isinstance(b, Tracer) else None
@@ -158,6 +176,8 @@ def _comparison(np_name: str, prim):
     base = _ufunc(np_name, prim, operator=True)
 
     def fn(*args):
+        if (h := _delegate(args)) is not None:
+            return h(fn, args)
         if len(args) == 2:
             for i, name in ((1, np_name), (0, _FLIP[np_name])):      # x OP v, or v OP x
                 v, x = args[i], args[1 - i]

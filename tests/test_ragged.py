@@ -1,0 +1,120 @@
+"""Ragged arrays (``relaxjax.ragged``, issue 20's first step): sequences of different lengths
+packed without padding, through ``jit`` as a pytree of values and offsets (one compile for
+every batch and lengths), each op against a per-sequence NumPy loop in float64 over
+hypothesis-drawn lengths (empty sequences, all equal, one long one) on every backend."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import relaxjax as rj
+import relaxjax.nn as nn
+import relaxjax.numpy as rnp
+from relaxjax import ragged
+
+from helpers import BACKENDS
+
+LENGTHS = st.one_of(st.lists(st.integers(0, 9), min_size=1, max_size=6),
+                    st.integers(1, 5).map(lambda n: [3] * n),                 # all equal
+                    st.lists(st.integers(0, 3), min_size=1, max_size=4).map(lambda l: l + [97]))
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _layer(r, w, b, g):
+    """A transformer-ish row-wise block on a ragged batch: projection, activation, norm,
+    then reductions and a softmax over each sequence."""
+    h = nn.gelu(r @ w + b)
+    h = nn.layer_norm(h, g, None)
+    return h, h.sum(axis=1), h.mean(axis=1), h.max(axis=1), ragged.softmax(h, axis=1), nn.softmax(h)
+
+
+def _layer_np(x, w, b, g):
+    h = _gelu(x @ w + b)
+    h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * g
+    if len(h):
+        e = np.exp(h - h.max(0))
+        col_softmax, row_softmax = e / e.sum(0), np.exp(h - h.max(-1, keepdims=True))
+        row_softmax /= row_softmax.sum(-1, keepdims=True)
+        return h, h.sum(0), h.mean(0), h.max(0), col_softmax, row_softmax
+    z = np.zeros((0, w.shape[1]))
+    return h, np.zeros(w.shape[1]), np.full(w.shape[1], np.nan), np.full(w.shape[1], -np.inf), z, z
+
+
+@given(lengths=LENGTHS, seed=st.integers(0, 2 ** 16))
+@settings(max_examples=20, deadline=None)
+def test_ragged_ops_match_a_loop_over_sequences(lengths, seed):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.standard_normal((n, 5)) for n in lengths]
+    w, b, g = rng.standard_normal((5, 7)) / 2, rng.standard_normal(7), rng.standard_normal(7)
+    r = ragged.from_list(seqs)
+    want = [_layer_np(x, w, b, g) for x in seqs]
+    for backend in BACKENDS:
+        h, s, m, mx, col, row = rj.jit(_layer, backend=backend)(r, w, b, g)
+        for got, k in ((h, 0), (col, 4), (row, 5)):
+            assert isinstance(got, ragged.RaggedArray)
+            for seq, ref in zip(got.to_list(), want):
+                np.testing.assert_allclose(seq, ref[k], rtol=1e-10, atol=1e-12)
+        for got, k in ((s, 1), (m, 2), (mx, 3)):
+            np.testing.assert_allclose(got, np.stack([ref[k] for ref in want]), rtol=1e-10, atol=1e-12)
+
+
+def test_one_compile_for_every_batch_and_lengths():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 3))
+    f = rj.jit(lambda r, w: (rnp.tanh(r @ w)).sum(axis=1))
+    for lengths in ([3, 1], [0, 7, 2, 2], [128], [5] * 9):
+        seqs = [rng.standard_normal((n, 4)) for n in lengths]
+        np.testing.assert_allclose(f(ragged.from_list(seqs), w), np.stack([np.tanh(x @ w).sum(0) for x in seqs]),
+                                   rtol=1e-12, atol=1e-12)
+    assert f.cache_info().compiles == 1
+
+
+@given(lengths=LENGTHS, seed=st.integers(0, 2 ** 16))
+@settings(max_examples=15, deadline=None)
+def test_padding_and_packing_round_trip(lengths, seed):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.standard_normal((n, 2)) for n in lengths]
+    r = ragged.from_list(seqs)
+    L = max(lengths)
+    padded = np.zeros((len(seqs), L, 2)) - 1.0
+    for k, x in enumerate(seqs):
+        padded[k, :len(x)] = x
+    np.testing.assert_array_equal(r.to_padded(fill=-1.0), padded)
+    for backend in BACKENDS:
+        got = rj.jit(lambda r: r.to_padded(fill=-1.0, max_len=L + 2), backend=backend)(r)
+        np.testing.assert_array_equal(got[:, :L], padded)
+        assert (got[:, L:] == -1.0).all()
+        back = rj.jit(lambda x, n: ragged.from_padded(x, n), backend=backend)(padded, np.array(lengths))
+        for a, b in zip(back.to_list(), seqs):
+            np.testing.assert_array_equal(a, b)
+    eager = ragged.from_padded(padded, lengths)
+    np.testing.assert_array_equal(eager.values, r.values)
+    np.testing.assert_array_equal(eager.offsets, r.offsets)
+    np.testing.assert_array_equal(ragged.from_lengths(r.values, lengths).lengths, lengths)
+
+
+def test_bad_ragged_input_says_what_is_wrong():
+    v = np.zeros((5, 2))
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        ragged.from_offsets(v, [0, 2, 4])
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        ragged.from_offsets(v, [0, 3, 2, 5])
+    with pytest.raises(ValueError, match="lengths must be a 1-d array of non-negative"):
+        ragged.from_lengths(v, [3, -1, 3])
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        ragged.from_lengths(v, [1, 1])
+    with pytest.raises(ValueError, match="one inner shape"):
+        ragged.from_list([np.zeros((2, 3)), np.zeros((1, 4))])
+    a, b = ragged.from_lengths(v, [2, 3]), ragged.from_lengths(v, [3, 2])
+    with pytest.raises(ValueError, match="different lengths"):
+        a + b
+    with pytest.raises(ValueError, match="needs max_len="):
+        rj.jit(lambda r: r.to_padded())(a)
+    with pytest.raises(ValueError, match="does not broadcast over the inner dims"):
+        rj.jit(lambda r, x: r * x)(a, np.ones((2, 5, 2)))
+    with pytest.raises(NotImplementedError, match="ragged @ ragged"):
+        a @ a
