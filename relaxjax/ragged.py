@@ -10,7 +10,9 @@ like any others: one compile serves every batch of every lengths.
 What runs on the packed values needs no padding at all:
 
 - elementwise functions (``relaxjax.numpy``'s ufuncs and the operators), with dense operands
-  broadcast over the inner dims: on ``values``;
+  broadcast over the inner dims: on ``values`` (ragged operands hold the same sequences:
+  checked outside ``jit``; inside, the batch and the packed rows must agree and the first
+  operand's offsets are used);
 - ``r @ W`` (a projection): one matrix product over all the packed tokens;
 - reductions over inner axes, and ``softmax``/``layer_norm`` over the last one;
 - reductions over the ragged axis (``sum``, ``mean``, ``max`` with ``axis=1``) and
@@ -19,8 +21,11 @@ What runs on the packed values needs no padding at all:
 
 ``to_padded`` gathers into ``(batch, max_len, *inner)``; ``from_padded`` packs back.
 
+:func:`dot_product_attention` is attention within each sequence, on the attention kernel
+that stops at each sequence's length.
+
 Not yet here (issue 20's later steps): per-sequence products that make a ragged x ragged
-block (attention scores), varlen ``dot_product_attention``, loops whose extent depends on an
+block as a value, attention without padding the queries, loops whose extent depends on an
 outer index in the loop-level IR, and the ragged type shown in the IR.
 """
 from __future__ import annotations
@@ -32,10 +37,11 @@ import optree
 
 from . import nn
 from . import numpy as rnp
-from .core import Tracer
+from .core import Tracer, current_trace
 from .shapes import SymbolicDim
 
-__all__ = ["RaggedArray", "from_lengths", "from_offsets", "from_list", "from_padded", "softmax"]
+__all__ = ["RaggedArray", "from_lengths", "from_offsets", "from_list", "from_padded", "softmax",
+           "dot_product_attention"]
 
 
 def _traced(*xs) -> bool:
@@ -217,18 +223,24 @@ optree.register_pytree_node(RaggedArray, lambda r: ((r.values, r.offsets), None,
 
 
 def _same_sequences(a: RaggedArray, b: RaggedArray) -> None:
-    """Two ragged operands of one elementwise op hold the same sequences: the same offsets
-    (one array, or equal ones outside ``jit``)."""
+    """Two ragged operands of one op hold the same sequences: equal offsets, checked outside
+    ``jit``; inside it, offsets are values, and the first operand's are used for both once
+    the batch and the packed rows agree (proved, or guarded as any shape is)."""
     if a.offsets is b.offsets:
         return
     if _traced(a.offsets, b.offsets):
-        if isinstance(a.offsets, Tracer) and isinstance(b.offsets, Tracer) and a.offsets.atom is b.offsets.atom:
-            return
-        raise ValueError("ragged: elementwise operands must share their offsets (make one from the "
-                         "other with r.with_values(...))")
+        env = current_trace().env
+        env.require_eq(_dim0(a.offsets), _dim0(b.offsets), "ragged operands: batch sizes")
+        env.require_eq(_dim0(a.values), _dim0(b.values), "ragged operands: packed rows")
+        return
     if not np.array_equal(np.asarray(a.offsets), np.asarray(b.offsets)):
         raise ValueError(f"ragged: elementwise operands have different lengths "
                          f"({np.diff(np.asarray(a.offsets)).tolist()} and {np.diff(np.asarray(b.offsets)).tolist()})")
+
+
+def _dim0(x):
+    """The first dim of ``x`` as the shape env takes it (an int or a symbolic expression)."""
+    return x.type.shape[0] if isinstance(x, Tracer) else np.shape(x)[0]
 
 
 def from_offsets(values, offsets) -> RaggedArray:
@@ -297,3 +309,30 @@ def softmax(r: RaggedArray, axis: int = -1) -> RaggedArray:
     e = rnp.exp(r.values - top)
     total = rnp.take(r.with_values(e).sum(axis=1), ids, axis=0)
     return r.with_values(e / total)
+
+
+def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArray, *, scale=None,
+                          is_causal: bool = False, max_len=None) -> RaggedArray:
+    """Attention within each sequence (varlen attention): ragged ``query``/``key``/``value``
+    of inner shape ``(heads, head_dim)`` over the same sequences, ``nn.dot_product_attention``'s
+    semantics per sequence.  Runs as the attention library call on the sequences padded to
+    ``max_len`` (needed inside ``jit``, as for :meth:`RaggedArray.to_padded`), its loops
+    stopping at each sequence's length (``key_value_seq_lengths``); the scores are never
+    formed, and the result is packed back."""
+    if not all(isinstance(t, RaggedArray) for t in (query, key, value)):
+        raise TypeError("ragged dot_product_attention: query, key and value must be ragged arrays "
+                        "(make them with relaxjax.ragged.from_lengths / from_list)")
+    _same_sequences(query, key)
+    _same_sequences(query, value)
+    if len(query.inner_shape) != 2:
+        raise ValueError(f"ragged dot_product_attention: inner shape (heads, head_dim) expected, got "
+                         f"{query.inner_shape}")
+    q, k, v = (t.to_padded(max_len=max_len) for t in (query, key, value))
+    out = nn.dot_product_attention(q, k, v, scale=scale, is_causal=is_causal,
+                                   key_value_seq_lengths=query.lengths)
+    # packed row p is row p - offsets[b] of sequence b = segment_ids[p]
+    ids = query.segment_ids()
+    pos = rnp.arange(query.values.shape[0]) - rnp.take(query.offsets, ids)
+    width = out.shape[1]
+    flat = out.reshape((-1,) + tuple(out.shape[2:]))
+    return query.with_values(rnp.take(flat, ids * width + pos, axis=0))

@@ -118,3 +118,37 @@ def test_bad_ragged_input_says_what_is_wrong():
         rj.jit(lambda r, x: r * x)(a, np.ones((2, 5, 2)))
     with pytest.raises(NotImplementedError, match="ragged @ ragged"):
         a @ a
+
+
+def _attention_np(q, k, v, causal):
+    if not len(q):
+        return np.zeros(q.shape)
+    s = np.einsum("tnh,snh->nts", q, k) / np.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.arange(len(k))[None, None, :] <= np.arange(len(q))[None, :, None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("nts,snh->tnh", p / p.sum(-1, keepdims=True), v)
+
+
+@given(lengths=LENGTHS, causal=st.booleans(), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=12, deadline=None)
+def test_attention_within_each_sequence(lengths, causal, seed):
+    """Varlen attention on ragged q, k, v (three arrays of the same lengths, each its own
+    argument): each sequence attends to itself only, as a per-sequence loop."""
+    rng = np.random.default_rng(seed)
+    qs, ks, vs = ([rng.standard_normal((n, 2, 8)) for n in lengths] for _ in range(3))
+    L = max(lengths)
+    for backend in BACKENDS:
+        f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=causal, max_len=L),
+                   backend=backend)
+        out = f(ragged.from_list(qs), ragged.from_list(ks), ragged.from_list(vs))
+        for o, q, k, v in zip(out.to_list(), qs, ks, vs):
+            np.testing.assert_allclose(o, _attention_np(q, k, v, causal), rtol=1e-10, atol=1e-12)
+
+
+def test_two_ragged_arguments_of_one_op():
+    rng = np.random.default_rng(4)
+    a, b = ([rng.standard_normal((n, 3)) for n in (2, 5, 0)] for _ in range(2))
+    got = rj.jit(lambda x, y: x * y + 1.0)(ragged.from_list(a), ragged.from_list(b))
+    for g, x, y in zip(got.to_list(), a, b):
+        np.testing.assert_allclose(g, x * y + 1.0)
