@@ -23,7 +23,6 @@ import numpy as np
 
 import relaxjax as rj
 import relaxjax.nn as nn
-import relaxjax.numpy as rnp
 from relaxjax import ragged
 
 CAP = 128
@@ -123,7 +122,7 @@ def main(small: bool) -> None:
           f"{100 * np.mean(real):.0f} % of the padded tokens real), d {d}, {heads} heads, FFN {ffn}")
     print(f"ragged: {np.median(t_r):.2f} ms per batch; padded to {CAP}: {np.median(t_p):.2f} ms "
           f"({np.median(t_p) / np.median(t_r):.2f}x the ragged time)")
-    print(f"results match NumPy (float64, sentence by sentence) within 1e-3")
+    print("results match NumPy (float64, sentence by sentence) within 1e-3")
     print(f"compiles: ragged {run_ragged.cache_info().compiles}, padded {run_padded.cache_info().compiles} "
           f"for {batches} batches")
     assert run_ragged.cache_info().compiles == 1
