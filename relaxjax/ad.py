@@ -26,7 +26,8 @@ the body's pullback run backwards) and that of a branch the same branch's pullba
 ``jacfwd``/``jacrev`` map ``jvp``/the pullback over unit vectors with ``relaxjax.vmap``.
 
 Not yet here (each raises an error that names it): derivatives of cumprod/cummax/cummin,
-``take_along_axis``, boolean masks, linalg, loop-level programs and library calls
+``take_along_axis``, boolean masks, linalg's qr and spectral functions, loop-level
+programs and other library calls
 (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
@@ -40,6 +41,8 @@ import optree
 
 from . import dtypes as dt
 from . import nn
+from . import numpy as rnp
+from .numpy import linalg as rla
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
 from .jit import jit, traced_or_jitted
@@ -151,9 +154,46 @@ def _attention_lengths_vjp(ct, q, k, v, scale, lengths, out):
     return (*pullback(ct), None, None)
 
 
+def _t(x):
+    return rnp.swapaxes(x, -1, -2)
+
+
+def _solve_vjp(ct, a, bt, *, out):
+    """``xt = solve(a, bt^T)^T`` (``linalg.solve``'s layout: right-hand sides as rows):
+    the right-hand sides' cotangent solves with ``a^T``; ``a``'s is ``-g_b x^T``."""
+    gb = rla.solve(_t(a), _t(ct))                     # (..., n, k)
+    return -(gb @ out), _t(gb)
+
+
+def _inv_vjp(ct, a, *, out):
+    return (-(_t(out) @ ct @ _t(out)),)
+
+
+def _det_vjp(ct, a, *, out):
+    """d det(A) = det(A) tr(A^-1 dA): ``a``'s cotangent is ``g det(A) A^-T`` (A singular:
+    ``inv``'s LinAlgError)."""
+    return ((ct * out)[..., None, None] * _t(rla.inv(a)),)
+
+
+def _cholesky_vjp(ct, a, *, out):
+    """``L = cholesky(A)`` from A's lower triangle (Murray, "Differentiation of the Cholesky
+    decomposition", 2016): with ``Phi`` the lower triangle, diagonal halved,
+    ``S = L^-T Phi(L^T g) L^-1``, A's cotangent is ``Phi(S + S^T)`` (none for the upper
+    triangle, which is not read)."""
+    def phi(x):
+        n = x.shape[-1]
+        lower = rnp.tril(x)
+        return lower - 0.5 * x * rnp.eye(n, dtype=x.dtype)
+    linv = rla.inv(out)
+    s = _t(linv) @ phi(_t(out) @ ct) @ linv
+    return (phi(s + _t(s)),)
+
+
 # library functions with a derivative rule, by name (the others need rj.custom_vjp)
 LIBRARY_VJPS = {attention_name(d, c): _attention_vjp(c) for d in ("float32", "float64") for c in (False, True)}
 LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in ("float32", "float64")})
+LIBRARY_VJPS.update({"linalg.solve": _solve_vjp, "linalg.inv": _inv_vjp, "linalg.det": _det_vjp,
+                     "linalg.cholesky": _cholesky_vjp})
 
 
 def _pullback(fun: Callable, primals: list, cts: list) -> list:
