@@ -25,7 +25,7 @@ the body's pullback run backwards) and that of a branch the same branch's pullba
 
 ``jacfwd``/``jacrev`` map ``jvp``/the pullback over unit vectors with ``relaxjax.vmap``.
 
-Not yet here (each raises an error that names it): derivatives of cumprod/cummax/cummin,
+Not yet here (each raises an error that names it): derivatives of cumprod,
 ``take_along_axis``, boolean masks, linalg's qr and spectral functions, loop-level
 programs and other library calls
 (``custom_vjp`` gives them one).

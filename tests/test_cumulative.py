@@ -83,3 +83,28 @@ def test_bad_arguments_name_what_is_wrong():
         rnp.diff(np.float64(1.0))
     with pytest.raises(Exception, match="axis 2 is out of bounds"):
         rnp.cumsum(np.ones((2, 3)), axis=2)
+
+
+@given(shape=st.sampled_from([(1,), (7,), (3, 5), (2, 1, 13)]), data=st.data(),
+       op=st.sampled_from(["maximum", "minimum"]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=25, deadline=None)
+def test_running_extremum_gradient_matches_finite_differences(shape, data, op, seed):
+    """cummax/cummin's rule: each output's cotangent goes to the element where the running
+    extremum was last reached (distinct values: finite differences are exact there)."""
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal(shape), rng.standard_normal(shape)
+    f = lambda x: (getattr(rnp, op).accumulate(x, axis=axis) * w).sum()          # noqa: E731
+    f_np = lambda x: (getattr(np, op).accumulate(x, axis=axis) * w).sum()        # noqa: E731
+    want = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = 1e-6
+        want[idx] = (f_np(x + e) - f_np(x - e)) / 2e-6
+    np.testing.assert_allclose(rj.grad(f)(x), want, rtol=1e-6, atol=1e-8)
+
+
+def test_running_extremum_gradient_of_ties_goes_to_the_later_element():
+    x = np.array([1.0, 3.0, 3.0, 2.0, 5.0])
+    g = rj.grad(lambda x: rnp.maximum.accumulate(x).sum())(x)
+    np.testing.assert_array_equal(g, [1.0, 1.0, 2.0, 0.0, 1.0])     # every output's 1, once

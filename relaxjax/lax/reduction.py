@@ -144,10 +144,38 @@ def _prod_vjp(ct, x, *, out, axes):
     return (g,)
 
 
+def _running_extremum_vjp(running):
+    """cummax/cummin: output i is the element where the running extremum was last reached
+    (a *record*: ``x[j] == out[j]``; a tie goes to the later element), so a record takes
+    the cotangents of its run, up to the next record: the suffix sums of the cotangent at
+    the record less those at the next record (found by a running minimum from the end)."""
+    def rule(ct, x, *, out, axis):
+        shape = tuple(x.type.shape)
+        n = shape[axis]
+        record = au.bind("eq", x, out)
+        idx = au.bind("iota", shape=shape, dimension=axis, dtype=np.dtype("int64"))
+        end = au.bind("broadcast_to", au.dim_scalar(n, np.dtype("int64")), shape=shape)
+        at = au.bind("select", record, idx, end)
+        # the first record at or after each position, then after it (one step on)
+        first = _reversed(cummin.bind(_reversed(at, axis), axis=axis), axis)
+        after = au.bind("pad", first, au.dim_scalar(n, np.dtype("int64")),
+                        low=(0,) * len(shape), high=tuple(1 if k == axis else 0 for k in range(len(shape))))
+        after = au.bind("slice", after, start=tuple(1 if k == axis else 0 for k in range(len(shape))),
+                        size=shape, step=(1,) * len(shape))
+        suffix = _reversed(cumsum.bind(_reversed(ct, axis), axis=axis), axis)
+        padded = au.bind("pad", suffix, au.const(suffix, 0), low=(0,) * len(shape),
+                         high=tuple(1 if k == axis else 0 for k in range(len(shape))))
+        later = au.bind("take_along_axis", padded, after, axis=axis)
+        return (au.bind("select", record, au.bind("sub", suffix, later), au.const(suffix, 0)),)
+    return rule
+
+
 reduce_sum.vjp = _sum_vjp
 reduce_max.vjp = reduce_min.vjp = _extremum_vjp
 reduce_prod.vjp = _prod_vjp
 cumsum.vjp = _cumsum_vjp
+cummax.vjp = _running_extremum_vjp(cummax)
+cummin.vjp = _running_extremum_vjp(cummin)
 
 
 # Batching rules (``vmap``, see ``batching``): the reduced axes move past the batch
