@@ -27,7 +27,6 @@ from .jit_args import CallArgs, check_static, spec_list
 from .jit_cache import build_cached
 from .jit_trace import trace_call
 from .signature import Binder
-from .structs import ShapeDtypeStruct
 from .core import current_trace, find_trace
 
 
@@ -220,8 +219,9 @@ class Compiled:
 
 def _fast_key(args: tuple) -> tuple:
     """(the fast path's key, the arrays in order) of positional arguments that are NumPy
-    arrays or pytrees of them (a model's parameters in dicts): their dtypes and ranks, and
-    the pytree's structure; (None, None) for anything else, which takes the full path."""
+    arrays, NumPy scalars or pytrees of them (a model's parameters in dicts): their dtypes
+    and ranks, and the pytree's structure; (None, None) for anything else, which takes the
+    full path."""
     try:
         key = tuple([(a.dtype, a.ndim) for a in args if type(a) is np.ndarray])
     except AttributeError:
@@ -229,8 +229,9 @@ def _fast_key(args: tuple) -> tuple:
     if len(key) == len(args):
         return key, args
     leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
-    if not all([type(a) is np.ndarray for a in leaves]):
+    if not all([type(a) is np.ndarray or isinstance(a, np.generic) for a in leaves]):
         return None, None
+    leaves = [a if type(a) is np.ndarray else np.asarray(a) for a in leaves]   # NumPy scalars: 0-d
     return (tree, tuple([(a.dtype, a.ndim) for a in leaves])), leaves
 
 
@@ -304,9 +305,10 @@ class Jitted:
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
             specs = spec_list(shapes)
+            # (explicit pytrees of structs too: a call's key on the fast path, its pytree's
+            # structure, dtypes and ranks, is one a full call checked against the structs)
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
-                    specs is None or (len(specs) == len(ps) and
-                                      all(isinstance(s, ShapeDtypeStruct) for s in specs))):
+                    specs is None or len(specs) == len(ps)):
                 self._fast_arity = len(ps)
 
     # -- public API -----------------------------------------------------------------------

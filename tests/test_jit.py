@@ -345,3 +345,20 @@ def test_pytree_arguments_take_the_fast_path_with_the_same_results():
     with pytest.raises(TypeError, match="masked"):
         f(x, {"w": np.ma.masked_array(p["w"]), "b": p["b"]})
     np.testing.assert_allclose(f(x, {"w": p["w"], "b": [2.0]}), x @ p["w"] + 2, rtol=1e-6)
+
+
+def test_explicit_pytree_signatures_and_numpy_scalars_on_the_fast_path():
+    """A signature of structs in a dict and a NumPy scalar argument (a decode step's
+    position) take the fast path after the first call, and still reject what breaks the
+    signature with its precise error."""
+    S = rj.ShapeDtypeStruct
+    n = rj.dim("n")
+    f = rj.jit(lambda p, i: p["w"][i] * 2.0, shapes=({"w": S((n, 3), "float32")}, S((), "int32")))
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for k in range(3):
+        np.testing.assert_array_equal(f({"w": w}, np.int32(k)), w[k] * 2)
+    assert f.cache_info().compiles == 1 and f.cache_info().hits == 2
+    with pytest.raises(rj.ShapeError, match="axis 1: expected 3"):
+        f({"w": np.ones((4, 5), np.float32)}, np.int32(0))
+    with pytest.raises(TypeError, match="expected dtype float32"):
+        f({"w": np.ones((4, 3))}, np.int32(0))

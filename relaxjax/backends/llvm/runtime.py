@@ -437,15 +437,33 @@ def _segment_views(fn: Function) -> set:
             and isinstance(b.args[0], Var) and b.outvars[0] not in python_uses}
 
 
+def _owner(a):
+    """The array that owns ``a``'s memory (the end of its chain of bases)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
 def _donatable(buf: np.ndarray, arrays, k: int) -> bool:
     """Whether argument ``k``'s buffer (``buf``: the array passed, or its contiguous copy)
     may be written over by a result: a copy is ours; the caller's array must be writeable
-    and share no memory with another argument (which the call still reads)."""
+    and share no memory with another argument (which the call still reads).  Arrays of
+    other owners are apart but for memory shared outside NumPy's bases (``frombuffer``
+    over one buffer): those that do not own their memory are compared exactly."""
     a = arrays[k]
     if buf is not a:
         return True
-    return type(a) is np.ndarray and a.flags.writeable and not any(
-        j != k and isinstance(b, np.ndarray) and np.may_share_memory(a, b) for j, b in enumerate(arrays))
+    if type(a) is not np.ndarray or not a.flags.writeable:
+        return False
+    mine = _owner(a)
+    for j, b in enumerate(arrays):
+        if j == k or not isinstance(b, np.ndarray):
+            continue
+        theirs = _owner(b)
+        if theirs is mine or (not isinstance(theirs, np.ndarray) or not isinstance(mine, np.ndarray)) \
+                and np.may_share_memory(a, b):
+            return False
+    return True
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
