@@ -191,7 +191,15 @@ def _cholesky_vjp(ct, a, *, out):
 
 # library functions with a derivative rule, by name (the others need rj.custom_vjp)
 LIBRARY_VJPS = {attention_name(d, c): _attention_vjp(c) for d in ("float32", "float64") for c in (False, True)}
+def _attention_qlengths_vjp(ct, q, k, v, scale, lengths, q_lengths, out):
+    """With query lengths too: the rows past them are zeros, whatever q is there."""
+    keep = rnp.arange(q.shape[1])[None, :] < q_lengths[:, None]
+    ct = rnp.where(keep[:, :, None, None], ct, rnp.zeros((), ct.dtype))
+    return (*_attention_lengths_vjp(ct, q, k, v, scale, lengths, out)[:4], None, None)
+
+
 LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in ("float32", "float64")})
+LIBRARY_VJPS.update({attention_lengths_name(d, True): _attention_qlengths_vjp for d in ("float32", "float64")})
 LIBRARY_VJPS.update({"linalg.solve": _solve_vjp, "linalg.inv": _inv_vjp, "linalg.det": _det_vjp,
                      "linalg.cholesky": _cholesky_vjp})
 

@@ -399,14 +399,16 @@ def attention_name(dtype, causal: bool) -> str:
     return f"nn.attention{'_causal' if causal else ''}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
 
 
-def attention_lengths_name(dtype) -> str:
+def attention_lengths_name(dtype, queries: bool = False) -> str:
     """``attention_name(dtype, False)`` with one more input before the output, ``lengths``
     (B,) int32: batch b attends to its first ``lengths[b]`` keys (clamped to [0, S]; none:
-    zeros), as ``key_value_seq_lengths`` of ``jax.nn.dot_product_attention``."""
-    return f"nn.attention_lengths_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+    zeros), as ``key_value_seq_lengths`` of ``jax.nn.dot_product_attention``; ``queries``:
+    then ``query_lengths`` (B,) int32 too, batch b's query rows from ``query_lengths[b]`` on
+    zeros (``query_seq_lengths``), not computed."""
+    return f"nn.attention_{'q' if queries else ''}lengths_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
 
 
-def _attention(xp_name: str, causal: bool, lengths: bool = False):
+def _attention(xp_name: str, causal: bool, lengths: int = 0):
     """The reference (NumPy) or CuPy implementation: the scores per head, formed in full."""
     def run(q, k, v, scale, *rest):
         xp = np if xp_name == "numpy" else importlib.import_module(xp_name)
@@ -432,6 +434,8 @@ def _attention(xp_name: str, causal: bool, lengths: bool = False):
         logits /= xp.where(total > 0, total, 1)
         o = xp.matmul(logits, v.transpose(0, 2, 1, 3)[:, :, None])          # (B, K, g, T, Hv)
         out[...] = o.transpose(0, 3, 1, 2, 4).reshape(B, T, N, Hv)
+        if lengths == 2:               # query rows past their lengths: zeros
+            out[xp.arange(T)[None, :] >= rest[1].astype(xp.int64)[:, None]] = 0
     return run
 
 
@@ -443,6 +447,9 @@ for _c in (False, True):
                          num_inputs=4, num_outputs=1, out_dtypes=[_d])
 for _d in ("float32", "float64"):
     register_library(attention_lengths_name(_d), cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}_lengths"),
-                     numpy=_attention("numpy", False, True), cuda=_attention("cupy", False, True),
+                     numpy=_attention("numpy", False, 1), cuda=_attention("cupy", False, 1),
                      num_inputs=5, num_outputs=1, out_dtypes=[_d])
+    register_library(attention_lengths_name(_d, True), cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}_qlengths"),
+                     numpy=_attention("numpy", False, 2), cuda=_attention("cupy", False, 2),
+                     num_inputs=6, num_outputs=1, out_dtypes=[_d])
 del _c, _d

@@ -132,12 +132,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
                          f"((..., seq, heads, head_dim)); got ranks {q.ndim}, {k.ndim}, {v.ndim}")
     kv_len = None if key_value_seq_lengths is None else \
         _seq_lengths(key_value_seq_lengths, q, "key_value_seq_lengths")
-    if query_seq_lengths is not None:
-        q_len = _seq_lengths(query_seq_lengths, q, "query_seq_lengths")
-        out = dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
-                                    key_value_seq_lengths=kv_len)
-        keep = rnp.arange(wrap_dim(shape(q)[1]))[None, :] < q_len[:, None]     # (B, T)
-        return rnp.where(keep[:, :, None, None], out, rnp.zeros((), dtype_of(out)))
+    q_len = None if query_seq_lengths is None else _seq_lengths(query_seq_lengths, q, "query_seq_lengths")
     n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
     if int(v.shape[-2]) != kv_heads or n_heads % kv_heads:
         raise ValueError(f"dot_product_attention: {n_heads} query heads need a key/value head count "
@@ -145,15 +140,24 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if scale is None:
         scale = 1.0 / math.sqrt(int(q.shape[-1]))
     dtype = np.dtype(rnp.result_type(q, k, v))
+    lengths = kv_len is not None or q_len is not None
     if bias is None and mask is None and dtype in (np.float32, np.float64) \
-            and isinstance(scale, (int, float, np.number)) and not (is_causal and kv_len is not None):
+            and isinstance(scale, (int, float, np.number)) and not (is_causal and lengths):
         q, k, v = (cast(t, dtype) for t in (q, k, v))
         _same_layout(q, k, v)
-        if kv_len is not None:
-            out = call_library(attention_lengths_name(dtype), q, k, v, rnp.asarray(scale, dtype=dtype), kv_len,
-                               out=ShapeDtypeStruct(tuple(wrap_dim(d) for d in shape(q)[:-1] + (shape(v)[-1],)), dtype))
-            return out
-        return _attention_kernel(q, k, v, float(scale), bool(is_causal))
+        if not lengths:
+            return _attention_kernel(q, k, v, float(scale), bool(is_causal))
+        if kv_len is None:                 # every key
+            kv_len = rnp.full(wrap_dim(shape(q)[0]), wrap_dim(shape(k)[1]), dtype="int32")
+        extra = [kv_len] if q_len is None else [kv_len, q_len]
+        return call_library(attention_lengths_name(dtype, q_len is not None), q, k, v,
+                            rnp.asarray(scale, dtype=dtype), *extra,
+                            out=ShapeDtypeStruct(tuple(wrap_dim(d) for d in shape(q)[:-1] + (shape(v)[-1],)), dtype))
+    if q_len is not None:                  # the scores' path, its rows past the lengths zeroed
+        out = dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
+                                    key_value_seq_lengths=kv_len)
+        keep = rnp.arange(wrap_dim(shape(q)[1]))[None, :] < q_len[:, None]     # (B, T)
+        return rnp.where(keep[:, :, None, None], out, rnp.zeros((), dtype_of(out)))
     if kv_len is None:
         return attention_scores(q, k, v, bias, mask, scale, is_causal)
     keys = key_length_mask(kv_len, k)

@@ -317,7 +317,8 @@ def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArr
     of inner shape ``(heads, head_dim)`` over the same sequences, ``nn.dot_product_attention``'s
     semantics per sequence.  Runs as the attention library call on the sequences padded to
     ``max_len`` (needed inside ``jit``, as for :meth:`RaggedArray.to_padded`), its loops
-    stopping at each sequence's length (``key_value_seq_lengths``); the scores are never
+    stopping at each sequence's length, for its keys and its queries (``key_value_seq_lengths``
+    and ``query_seq_lengths``: the padding's rows are not computed); the scores are never
     formed, and the result is packed back."""
     if not all(isinstance(t, RaggedArray) for t in (query, key, value)):
         raise TypeError("ragged dot_product_attention: query, key and value must be ragged arrays "
@@ -328,8 +329,9 @@ def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArr
         raise ValueError(f"ragged dot_product_attention: inner shape (heads, head_dim) expected, got "
                          f"{query.inner_shape}")
     q, k, v = (t.to_padded(max_len=max_len) for t in (query, key, value))
+    n = query.lengths
     out = nn.dot_product_attention(q, k, v, scale=scale, is_causal=is_causal,
-                                   key_value_seq_lengths=query.lengths)
+                                   key_value_seq_lengths=n, query_seq_lengths=n)
     # packed row p is row p - offsets[b] of sequence b = segment_ids[p]
     ids = query.segment_ids()
     pos = rnp.arange(query.values.shape[0]) - rnp.take(query.offsets, ids)

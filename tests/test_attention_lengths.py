@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.nn as nn
+import relaxjax.numpy as rnp
 
 from helpers import BACKENDS
 
@@ -103,3 +104,43 @@ def test_bad_lengths_say_what_is_wrong():
     with pytest.raises(rj.ShapeError, match="key_value_seq_lengths"):
         rj.jit(lambda q: nn.dot_product_attention(q, q, q, key_value_seq_lengths=np.ones(3, np.int32)),
                shapes=(rj.ShapeDtypeStruct((2, 3, 1, 4), "float32"),))(q)
+
+
+@given(b=st.sampled_from([1, 3]), t=st.sampled_from([1, 9, 50, 97]), s=st.sampled_from([1, 128, 129]),
+       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=20, deadline=None)
+def test_query_and_key_lengths_in_the_kernel(b, t, s, dtype, seed):
+    """Both lengths (a padded batch of sequences): one library call that computes only the
+    query rows within each batch's length and writes zeros past it."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, t, 2, 16)).astype(dtype)
+    k, v = (rng.standard_normal((b, s, 2, 16)).astype(dtype) for _ in range(2))
+    kl = rng.integers(0, s + 1, b).astype(np.int32)
+    ql = rng.integers(0, t + 1, b).astype(np.int32)
+    want = _reference(*(x.astype(np.float64) for x in (q, k, v)), kl, 0.25)
+    want[np.arange(t)[None, :] >= ql[:, None]] = 0
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
+    for backend in BACKENDS:
+        f = rj.jit(lambda q, k, v, a, c: nn.dot_product_attention(
+            q, k, v, key_value_seq_lengths=a, query_seq_lengths=c), backend=backend)
+        np.testing.assert_allclose(f(q, k, v, kl, ql), want, **tol)
+    text = f.lower(q, k, v, kl, ql).as_text("optimized")
+    assert 'call_library("nn.attention_qlengths' in text
+
+
+def test_gradient_with_query_lengths():
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, n, 2, 4)) for n in (7, 9, 9))
+    kl, ql = np.array([9, 3], np.int32), np.array([2, 7], np.int32)
+    mask = (np.arange(9)[None, :] < kl[:, None])[:, None, None, :]
+    rows = (np.arange(7)[None, :] < ql[:, None])[:, :, None, None]
+
+    def loss(kw):
+        def f(q, k, v):
+            out = nn.dot_product_attention(q, k, v, **kw)
+            return (rnp.where(rows, out, 0.0) ** 2).sum() if "mask" in kw else (out ** 2).sum()
+        return f
+    got = rj.grad(loss(dict(key_value_seq_lengths=kl, query_seq_lengths=ql)), argnums=(0, 1, 2))(q, k, v)
+    want = rj.grad(loss(dict(mask=mask)), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

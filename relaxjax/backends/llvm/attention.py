@@ -24,9 +24,11 @@ schedules:
 
 Sizes are run-time integers (one function for every shape); ``exp`` is a polynomial
 evaluated in the vector registers (Cephes' ``expf`` for float32; degree 13 for float64).
-The ``lengths`` variant takes one more input before ``out``, ``lengths`` (B,) int32: batch
-``b`` attends to its first ``lengths[b]`` keys only (clamped to [0, S]; none: zeros), the
-loops stopping there (a decode step over a preallocated cache reads the filled part).
+The ``lengths`` variants take one or two more inputs before ``out``: ``lengths`` (B,) int32,
+batch ``b`` attending to its first ``lengths[b]`` keys only (clamped to [0, S]; none:
+zeros), the loops stopping there (a decode step over a preallocated cache reads the filled
+part); then ``query_lengths`` (B,) int32, batch ``b``'s queries from ``query_lengths[b]`` on
+giving zeros, not computed (a batch of sequences of different lengths, padded).
 """
 from __future__ import annotations
 
@@ -51,8 +53,9 @@ ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
 DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
 
 
-def symbol(dtype_char: str, causal: bool, lengths: bool = False) -> str:
-    return f"rj_attention_{dtype_char}{'_causal' if causal else ''}{'_lengths' if lengths else ''}"
+def symbol(dtype_char: str, causal: bool, lengths: int = 0) -> str:
+    """``lengths``: 0, 1 (key lengths) or 2 (key and query lengths)."""
+    return f"rj_attention_{dtype_char}{'_causal' if causal else ''}{['', '_lengths', '_qlengths'][lengths]}"
 
 
 class _Fn(GemmFn):
@@ -366,7 +369,7 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
     fn.loop("0", rows, 1, finish)
 
 
-def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: bool = False) -> str:
+def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int = 0) -> str:
     """The LLVM module of native ``symbol(dtype_char, causal, lengths)`` (library ABI: q, k,
     v, a 0-d scale, [lengths,] out; ranks 4, 4, 4, 0, [1,] 4) for ``vector_bits``-wide
     registers."""
@@ -374,7 +377,8 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: boo
     if vector_bits >= 512:                 # 8 x 3 vectors: head sizes 64, 128 are whole tiles
         b = Blocking(b.ty, b.size, b.lanes, 8, 3, b.kc, b.mc, b.nc)
     name = symbol(dtype_char, causal, lengths)
-    arrays = dict(ARRAYS, lengths=4, out=5) if lengths else ARRAYS
+    arrays = {0: ARRAYS, 1: dict(ARRAYS, lengths=4, out=5),
+              2: dict(ARRAYS, lengths=4, qlengths=5, out=6)}[lengths]
     ty, V, size = b.ty, b.lanes, b.size
     bk = BK[dtype_char]
     uk_rows, uk_cols = f"{name}.ukernel_rows", f"{name}.ukernel_columns"
@@ -383,7 +387,7 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: boo
     fn = _Fn(f"define internal void @{name}.work(ptr %ctx) #0")
     vec = _Vec(fn, b)
     a = {}
-    args = ARGS + ("lengths",) if lengths else ARGS
+    args = ARGS + ("lengths", "qlengths")[:lengths]
     for k, arg in enumerate(args):
         slot = fn.at("i64", "%ctx", k)
         a[arg] = fn.value(f"load {'ptr' if arg in arrays else 'i64'}, ptr {slot}")
@@ -416,12 +420,28 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: boo
         at = fn.at("i32", a["lengths"], bi)
         n_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
         item["S"] = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {n_b}, i64 0)"), a["S"])
+    zero_rows = None
+    if lengths == 2:                       # queries from qlengths[bi] on: zeros, not computed
+        at = fn.at("i32", a["qlengths"], bi)
+        t_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
+        real = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {fn.value(f'sub nsw i64 {t_b}, {q0}')}, i64 0)"),
+                    item["rows"])
+        zero_rows = (real, item["rows"])
+        item["rows"] = real
     qrow = fn.add(fn.mul(fn.add(fn.mul(bi, a["T"]), q0), a["N"]), n)
     kvrow = fn.add(fn.mul(bi, a["S"], a["K"]), kvh)
     item.update(qoff=fn.mul(qrow, a["H"]), ldq=fn.mul(a["N"], a["H"]),
                 koff=fn.mul(kvrow, a["H"]), ldk=fn.mul(a["K"], a["H"]),
                 voff=fn.mul(kvrow, a["Hv"]), ldv=fn.mul(a["K"], a["Hv"]),
                 ooff=fn.mul(qrow, a["Hv"]), ldo=fn.mul(a["N"], a["Hv"]))
+    if zero_rows is not None:              # this head's rows past the queries: zeros
+        def zero(r):
+            op = fn.at(ty, a["out"], item["ooff"], fn.mul(r, item["ldo"]))
+            fn.loop("0", a["Hv"], 1, lambda h: fn.emit(f"store {ty} 0.0, ptr {fn.at(ty, op, h)}"))
+        fn.loop(zero_rows[0], zero_rows[1], 1, zero)
+        skip = fn.value(f"icmp sle i64 {item['rows']}, 0")
+        fn.emit(f"br i1 {skip}, label %claim, label %compute")
+        fn.start_block("compute")
     few = fn.value(f"icmp sle i64 {item['rows']}, {ROW_MAX}")
     no_h = fn.value(f"icmp eq i64 {a['H']}, 0")
     few = fn.value(f"or i1 {few}, {no_h}")
@@ -483,7 +503,7 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: boo
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(dtype_char: str, causal: bool, lengths: bool):
+def _compiled(dtype_char: str, causal: bool, lengths: int):
     """The module of one attention function, built once per machine (a shared library in
     the persistent cache) or in memory where no linker is found; kept for the process."""
     prepare_process()
@@ -491,15 +511,16 @@ def _compiled(dtype_char: str, causal: bool, lengths: bool):
     return compile_llvm(text, [], native=generated_products())
 
 
-def address(dtype_char: str, causal: bool, lengths: bool = False) -> int:
+def address(dtype_char: str, causal: bool, lengths: int = 0) -> int:
     """The address of native ``symbol(dtype_char, causal, lengths)`` (compiled on first use)."""
     return _compiled(dtype_char, causal, lengths).address(symbol(dtype_char, causal, lengths))
 
 
-def _loader(dtype_char: str, causal: bool, lengths: bool = False):
+def _loader(dtype_char: str, causal: bool, lengths: int = 0):
     return loader(lambda: address(dtype_char, causal, lengths))
 
 
 float32, float64, float32_causal, float64_causal = (
     _loader(d, c) for c in (False, True) for d in "sd")
-float32_lengths, float64_lengths = (_loader(d, False, True) for d in "sd")
+float32_lengths, float64_lengths = (_loader(d, False, 1) for d in "sd")
+float32_qlengths, float64_qlengths = (_loader(d, False, 2) for d in "sd")
