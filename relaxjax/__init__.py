@@ -10,13 +10,14 @@ from ._version import __version__
 from .errors import InconclusiveDimensionError, KernelSyntaxError, ShapeError, TracerConversionError
 from .shapes import SymbolicDim, dim, dims
 from .structs import ShapeDtypeStruct
-from .jit import CacheInfo, Compiled, Jitted, Lowered, jit, make_ir
+from .jit import CacheInfo, Compiled, Jitted, Lowered, eval_shape, jit, make_ir
 from .ir import IRModule, Function, TensorType
 from .library import register_library
 from .frontend import call_library, match_cast
 from .ad import grad, jacfwd, jacrev, jvp, stop_gradient, value_and_grad, vjp
 from .ad_custom import checkpoint, custom_jvp, custom_vjp, remat
 from .vmap import vmap
+from .autobatch import autobatch
 from . import numpy, nn, lax, compile, ragged  # noqa: F401
 from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
@@ -47,4 +48,5 @@ __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", 
            "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
            "uint32", "uint64", "clear_cache", "call_library", "register_library", "grad",
-           "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "stop_gradient", "custom_vjp", "custom_jvp", "checkpoint", "remat", "vmap"]
+           "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "stop_gradient", "custom_vjp", "custom_jvp", "checkpoint", "remat", "vmap",
+           "autobatch", "eval_shape"]

@@ -24,6 +24,8 @@ from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
 from .ir import IRModule, Literal
 from .jit_args import CallArgs, check_static, spec_list
+from .shapes import eval_dim
+from .structs import ShapeDtypeStruct
 from .jit_cache import build_cached
 from .jit_trace import trace_call
 from .signature import Binder
@@ -217,6 +219,22 @@ class Compiled:
         return self._jitted._run(self._entry, dims, call)
 
 
+# a function (jitted, args, kwargs) -> result or NotImplemented that sees every call first
+# while installed (``relaxjax.autobatch`` records calls as nodes of a graph to batch)
+_CALL_HOOK: list = []
+
+
+def _shape_stand_in(x):
+    """A ``ShapeDtypeStruct`` of int dims as an array of its shape and dtype that holds no
+    memory (one element, strides 0): what ``eval_shape`` traces with."""
+    if isinstance(x, ShapeDtypeStruct):
+        if not all(isinstance(d, int) for d in x.shape):
+            raise TypeError(f"eval_shape takes arrays or ShapeDtypeStructs of int dims, got {x}")
+        return np.lib.stride_tricks.as_strided(np.zeros(1, x.dtype), shape=tuple(x.shape),
+                                               strides=(0,) * len(x.shape))
+    return x
+
+
 def _fast_key(args: tuple) -> tuple:
     """(the fast path's key, the arrays in order) of positional arguments that are NumPy
     arrays, NumPy scalars or pytrees of them (a model's parameters in dicts): their dtypes
@@ -326,6 +344,29 @@ class Jitted:
             self._exact.clear()
             self._hits = self._misses = self._compiles = 0
 
+    def eval_shape(self, *args, **kwargs):
+        """The shapes and dtypes of the call's results (a pytree of ``ShapeDtypeStruct``, dims
+        returned as ints, constants as they are), by tracing alone, nothing compiled or run
+        (``jax.eval_shape``).  Arguments: arrays, or ``ShapeDtypeStruct``s of int shapes."""
+        args, kwargs = optree.tree_map(_shape_stand_in, (args, kwargs), none_is_leaf=False)
+        call = self._prepare(args, kwargs)
+        traced = trace_call(self.fun, self.__name__, call)
+        dims = traced.binder(call.shapes)
+        if not isinstance(dims, tuple):
+            raise ShapeError(f"{self.__name__}: " + traced.binder.explain(call.shapes, dims))
+        values = dict(zip(traced.binder.names, dims))
+        results = traced.module.main.results
+        leaves = []
+        for kind, v in traced.out_kinds:
+            if kind == "value":
+                t = results[v].type
+                leaves.append(ShapeDtypeStruct(tuple(eval_dim(d, values) for d in t.shape), t.dtype))
+            elif kind == "dim":
+                leaves.append(eval_dim(results[v].value, values))
+            else:
+                leaves.append(v)
+        return optree.tree_unflatten(traced.out_tree, leaves)
+
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays or ShapeDtypeStructs) without running anything."""
         call = self._prepare(args, kwargs)
@@ -333,6 +374,10 @@ class Jitted:
         return Lowered(self, module, build)
 
     def __call__(self, *args, **kwargs):
+        if _CALL_HOOK:                    # rj.autobatch records the call instead
+            out = _CALL_HOOK[0](self, args, kwargs)
+            if out is not NotImplemented:
+                return out
         if not kwargs and len(args) == self._fast_arity:
             key, arrays = _fast_key(args)
             if key is not None:
@@ -489,6 +534,12 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
     return Jitted(fun, shapes=shapes, static_argnums=static_argnums, static_argnames=static_argnames,
                   donate_argnums=donate_argnums, donate_argnames=donate_argnames, backend=backend,
                   pipeline=pipeline)
+
+
+def eval_shape(fun: Callable, *args, **kwargs):
+    """``fun``'s result shapes and dtypes for these arguments, traced, not compiled (see
+    :meth:`Jitted.eval_shape`)."""
+    return (fun if isinstance(fun, Jitted) else jit(fun)).eval_shape(*args, **kwargs)
 
 
 def make_ir(fun: Callable, **jit_kwargs) -> Callable[..., IRModule]:
