@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import optree
