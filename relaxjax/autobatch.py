@@ -45,11 +45,12 @@ POLICIES = ("depth", "agenda")
 
 class Lazy:
     """A cell's result not computed yet: its node and which leaf of the node's outputs it
-    is, with the shape and dtype tracing gave it."""
-    __slots__ = ("node", "leaf", "struct", "value", "run")
+    is, with the shape and dtype tracing gave it (``sig``: both, as a node's key holds them)."""
+    __slots__ = ("node", "leaf", "struct", "value", "run", "sig")
 
     def __init__(self, node, leaf: int, struct: ShapeDtypeStruct, run: "_Run"):
         self.node, self.leaf, self.struct, self.run = node, leaf, struct, run
+        self.sig = (struct.shape, struct.dtype.str)
         self.value = None
 
     @property
@@ -138,18 +139,25 @@ class _Run:
 
     def record(self, cell: Jitted, args: tuple, kwargs: dict):
         leaves, tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
-        lazy = [x for x in leaves if isinstance(x, Lazy)]
-        if any(x.run is not self for x in lazy):
-            raise ValueError("autobatch: a lazy value of another autobatch call was passed to a cell")
-        # a node's key: the cell, the argument tree, each leaf's shape and dtype, and the
-        # identity of each concrete leaf (one shared by the nodes is passed to the batch once)
-        sig = tuple((x.struct.shape, x.struct.dtype.str) if isinstance(x, Lazy) else
-                    (np.shape(x), np.asarray(x).dtype.str) for x in leaves)
-        outs = self.owner._out_shapes(cell, tree, sig, leaves)
-        depth = 1 + max((x.node.depth for x in lazy if x.value is None), default=0)
-        node = _Node(cell, leaves, tree, depth, (id(cell), tree, sig))
-        out_leaves, out_tree = optree.tree_flatten(outs, none_is_leaf=False)
-        node.outs = [Lazy(node, k, s, self) if isinstance(s, ShapeDtypeStruct) else s
+        # a node's key: the cell, the argument tree, each leaf's shape and dtype (which
+        # concrete leaves the nodes share is decided per batch)
+        sig, depth = [], 0
+        for x in leaves:
+            if type(x) is Lazy:
+                if x.run is not self:
+                    raise ValueError("autobatch: a lazy value of another autobatch call was passed to a cell")
+                sig.append(x.sig)
+                if x.value is None and x.node.depth > depth:
+                    depth = x.node.depth
+            elif type(x) is np.ndarray:
+                sig.append((x.shape, x.dtype.str))
+            else:
+                a = np.asarray(x)
+                sig.append((a.shape, a.dtype.str))
+        key = (id(cell), tree, tuple(sig))
+        out_leaves, out_tree = self.owner._out_shapes(cell, key, leaves)
+        node = _Node(cell, leaves, tree, depth + 1, key)
+        node.outs = [Lazy(node, k, s, self) if type(s) is ShapeDtypeStruct else s
                      for k, s in enumerate(out_leaves)]
         self.pending.append(node)
         self.owner._stats["nodes"] += 1
@@ -161,6 +169,14 @@ class _Run:
         saved = list(_CALL_HOOK)
         _CALL_HOOK.clear()
         try:
+            if self.owner.policy == "depth":
+                # a node's inputs are all shallower: depth by depth, every group is ready
+                groups: dict = defaultdict(list)
+                for n in self.pending:
+                    groups[n.depth, n.key].append(n)
+                self.pending = []
+                for k in sorted(groups, key=lambda k: k[0]):
+                    self._run_batch(groups[k])
             while self.pending:
                 batch = self._next_batch()
                 self._run_batch(batch)
@@ -173,16 +189,11 @@ class _Run:
         return all(x.value is not None for x in node.leaves if isinstance(x, Lazy) and x.node is not node)
 
     def _next_batch(self) -> list:
-        ready = [n for n in self.pending if self._ready(n)]
+        """The agenda policy's next batch: the largest group of ready nodes of one kind."""
         groups: dict = defaultdict(list)
-        if self.owner.policy == "depth":
-            low = min(n.depth for n in ready)
-            for n in ready:
-                if n.depth == low:
-                    groups[n.key].append(n)
-            return next(iter(groups.values()))
-        for n in ready:                        # agenda: the largest group of ready nodes
-            groups[n.key].append(n)
+        for n in self.pending:
+            if self._ready(n):
+                groups[n.key].append(n)
         return max(groups.values(), key=len)
 
     def _run_batch(self, nodes: list) -> None:
@@ -261,13 +272,14 @@ class AutoBatched:
         (one per cell and argument layout, whatever the batch sizes)."""
         return dict(self._stats, compiles=sum(f.cache_info().compiles for f in self._cells.values()))
 
-    def _out_shapes(self, cell: Jitted, tree, sig, leaves):
-        key = (id(cell), tree, sig)
+    def _out_shapes(self, cell: Jitted, key, leaves):
+        """The cell's results for a node's key, flattened: (leaves, tree), by tracing once."""
         outs = self._shapes.get(key)
         if outs is None:
             structs = [_struct_of(x) for x in leaves]
-            args, kwargs = optree.tree_unflatten(tree, structs)
-            outs = self._shapes[key] = cell.eval_shape(*args, **kwargs)
+            args, kwargs = optree.tree_unflatten(key[1], structs)
+            outs = self._shapes[key] = optree.tree_flatten(cell.eval_shape(*args, **kwargs),
+                                                           none_is_leaf=False)
         return outs
 
     def _batched_cell(self, cell: Jitted, tree, in_axes: tuple):
