@@ -77,7 +77,7 @@ def encode_numpy(tree, p):
 
 def encode_levels(trees, p):
     """By hand: every node of one height (leaves 0) of every tree at once, in NumPy."""
-    nodes, order = [], {}                        # (tree, height, children)
+    nodes = []                                   # (tree, height, children)
 
     def walk(t):
         if isinstance(t, tuple):
