@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from relaxjax.backends.llvm import engine, gemm, target
+from relaxjax.backends.llvm import engine, gemm, gemm_rule, target
 
 from helpers import BACKENDS
 from test_gemm_generated import WIDTHS, _product, _rule_function
@@ -151,7 +151,7 @@ def test_the_batched_rule_by_shape_class(case):
         count[0] += 1
         lines.append(f"  %r{count[0]} = {instr}")
         return f"%r{count[0]}"
-    lines += [f"  ret i1 {gemm.use_generated(val, letter, 512, '%M', '%N', '%K', batch='%B')}", "}"]
+    lines += [f"  ret i1 {gemm_rule.use_generated(val, letter, 512, '%M', '%N', '%K', batch='%B')}", "}"]
     _rule_function(letter)                  # initialises LLVM's target
     mod = llvm.parse_assembly("\n".join(lines))
     ee = llvm.create_mcjit_compiler(mod, target.target_machine())
@@ -159,7 +159,7 @@ def test_the_batched_rule_by_shape_class(case):
     rule = ctypes.CFUNCTYPE(ctypes.c_bool, *[ctypes.c_int64] * 4)(ee.get_function_address("rule"))
     assert rule(batch, m, n, k) == BATCHED_RULE[case]
     if BATCHED_RULE[case]:      # the compile-time rule never says no where the run-time one says yes
-        assert gemm.may_use_generated(letter, 512, m, n, k, batched=True)
+        assert gemm_rule.may_use_generated(letter, 512, m, n, k, batched=True)
 
 
 @pytest.mark.parametrize("name", ["t", "gemm"])

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
-from relaxjax.backends.llvm import engine, gemm, target
+from relaxjax.backends.llvm import engine, gemm, gemm_rule, target
 
 from helpers import BACKENDS
 
@@ -135,7 +135,7 @@ def _rule_function(letter: str):
         lines.append(f"  %r{n[0]} = {instr}")
         return f"%r{n[0]}"
     lines = ["define i1 @rule(i64 %M, i64 %N, i64 %K) {", "entry:"]
-    out = gemm.use_generated(val, letter, 512, "%M", "%N", "%K")
+    out = gemm_rule.use_generated(val, letter, 512, "%M", "%N", "%K")
     lines += [f"  ret i1 {out}", "}"]
     target.init()
     mod = llvm.parse_assembly("\n".join(lines))
@@ -150,9 +150,9 @@ def test_the_rule_by_shape_class(case):
     letter, m, k, n = case
     assert _rule_function(letter)[1](m, n, k) == RULE[case]
     # the compile-time rule never says no where the run-time one says yes
-    assert gemm.may_use_generated(letter, 512, m, n, k) == RULE[case]
-    assert gemm.may_use_generated(letter, 512, None, None, None)
-    assert not gemm.may_use_generated(letter, 256, m, n, k)
+    assert gemm_rule.may_use_generated(letter, 512, m, n, k) == RULE[case]
+    assert gemm_rule.may_use_generated(letter, 512, None, None, None)
+    assert not gemm_rule.may_use_generated(letter, 256, m, n, k)
 
 
 @given(m=st.one_of(st.sampled_from([2, 3, 13, 32]), st.integers(2, 32)), n=st.integers(65, 700),

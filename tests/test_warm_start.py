@@ -22,7 +22,7 @@ import pytest
 import relaxjax as rj
 import relaxjax.numpy as rnp
 from relaxjax import cache
-from relaxjax.backends.llvm import blas_threads, engine, gemm, stored, target
+from relaxjax.backends.llvm import blas_threads, engine, gemm_rule, stored, target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,7 +132,7 @@ def test_warm_process_loads_whole_executables(cache_dir):
     # takes it) the callback running OpenBLAS's jobs on the OpenMP team; nothing missing
     # or written
     engine.prepare_process()
-    hits = 6 + gemm.may_use_generated("s", target.vector_bits(), None, None, None) + \
+    hits = 6 + gemm_rule.may_use_generated("s", target.vector_bits(), None, None, None) + \
         blas_threads.installed()
     assert warm["stats"] == {"hits": hits, "misses": 0, "rejected": 0, "writes": 0, "write_errors": 0}
 

@@ -19,7 +19,7 @@ from ...tir.index_checks import data_index_checks
 from ...ir import Binding
 from .codegen import KernelEmitter, _Fn
 from .irtypes import SEGMENT_OPTNONE, llty
-from . import gemm, target
+from . import gemm, gemm_rule, target
 
 # library calls the segment emits as CBLAS gemms: real, and complex on packed operands
 # (..., M, K, 2), each (re, im) pair one complex element
@@ -387,7 +387,7 @@ class SegmentEmitter(KernelEmitter):
         strides = _batch_strides(osh, ash, bsh)
         skip = None
         if letter in "sd" and strides is not None and self.generated_products and \
-                gemm.may_use_generated(letter, target.vector_bits(), *(
+                gemm_rule.may_use_generated(letter, target.vector_bits(), *(
                     int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)), batched=True):
             # one call of the generated product over the whole batch, where the rule says
             variant = gemm.gemm_symbol(letter, ta, tb)
@@ -395,7 +395,7 @@ class SegmentEmitter(KernelEmitter):
             ptr = "@" + gemm.pointer_symbol(variant)
             self.helpers_used.add(f"{ptr} = external global ptr")
             count = self._expr(total)
-            use = gemm.use_generated(lambda instr: fn.val("i1", instr), letter, target.vector_bits(),
+            use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, target.vector_bits(),
                                      M, N, K, batch=count)
             gen, loop, skip = fn.label("bgen"), fn.label("bloop"), fn.label("bdone")
             fn.emit(f"br i1 {use}, label %{gen}, label %{loop}")
@@ -456,7 +456,7 @@ class SegmentEmitter(KernelEmitter):
     def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc,
                    epilogue=None) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
-        a real product of the shapes where it is faster (``gemm.use_generated``) runs the
+        a real product of the shapes where it is faster (``gemm_rule.use_generated``) runs the
         generated product; a product with one column (N == 1) or one row (M == 1) is a
         gemv, which OpenBLAS runs several times faster than a gemm of that shape.
         ``scalars``: alpha = 1 and beta = 0 as the call's operands."""
@@ -470,13 +470,13 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(yes)
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
-        if letter in "sd" and self.generated_products and gemm.may_use_generated(letter, bits, *known):
+        if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known):
             variant = gemm.gemm_symbol(letter, ta, tb)
             self.gemms_used.add(variant)
             ptr = "@" + gemm.pointer_symbol(variant)
             self.helpers_used.add(f"{ptr} = external global ptr")
             gen, lib = fn.label("gen"), fn.label("blas")
-            use = gemm.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
+            use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
             fn.start_block(gen)
             g = fn.val("ptr", f"load ptr, ptr {ptr}")
