@@ -304,6 +304,7 @@ class Jitted:
         # positions (and keyword names) of the donated arguments; jit_trace marks their leaves
         self.donated = frozenset(donate) | frozenset(donate_names)
         self._cache: dict = {}
+        self._filled: set = set()           # (fast key, shapes) of empty inputs with results
         self._hits = self._misses = self._compiles = 0
         # held while a miss traces and compiles (so that threads missing at once compile one
         # entry, not one each); hits take no lock
@@ -328,6 +329,17 @@ class Jitted:
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
                     specs is None or len(specs) == len(ps)):
                 self._fast_arity = len(ps)
+
+    def __reduce__(self):
+        """Pickled as the function and its jit options (the compiled entries stay behind):
+        a process that unpickles it (a Dask worker) compiles it again, or loads it from a
+        persistent cache it shares."""
+        options = dict(shapes=self.shapes, static_argnums=self.static_argnums,
+                       static_argnames=self.static_argnames,
+                       donate_argnums=tuple(d for d in self.donated if isinstance(d, int)),
+                       donate_argnames=tuple(d for d in self.donated if isinstance(d, str)),
+                       backend=None if self._auto_backend else self.backend, pipeline=self.pipeline)
+        return (_rebuild, (self.fun, options))
 
     # -- public API -----------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
@@ -367,6 +379,20 @@ class Jitted:
                 leaves.append(v)
         return optree.tree_unflatten(traced.out_tree, leaves)
 
+    def _empty_results(self, args: tuple):
+        """A call whose results all have no elements (Dask's probe of a function with empty
+        arrays, ``map_blocks``' meta) needs nothing compiled: its empty results, from
+        tracing alone, so the dims of the first real call are the entry's (a dim first seen
+        empty can need guards a chunk of data breaks).  None otherwise."""
+        try:
+            out = self.eval_shape(*args)
+        except Exception:                   # let the call raise what it raises
+            return None
+        leaves, tree = optree.tree_flatten(out, none_is_leaf=False)
+        if not all(isinstance(x, ShapeDtypeStruct) and 0 in x.shape for x in leaves):
+            return None
+        return optree.tree_unflatten(tree, [np.empty(x.shape, x.dtype) for x in leaves])
+
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (arrays or ShapeDtypeStructs) without running anything."""
         call = self._prepare(args, kwargs)
@@ -380,6 +406,13 @@ class Jitted:
                 return out
         if not kwargs and len(args) == self._fast_arity:
             key, arrays = _fast_key(args)
+            if key is not None and any(a.size == 0 for a in arrays):
+                probe = (key, tuple([a.shape for a in arrays]))
+                if probe not in self._filled:
+                    empty = self._empty_results(args)
+                    if empty is not None:
+                        return empty
+                    self._filled.add(probe)     # results with elements: no probe next time
             if key is not None:
                 shapes = tuple([a.shape for a in arrays])
                 entry = self._exact.get((key, shapes))
@@ -534,6 +567,10 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
     return Jitted(fun, shapes=shapes, static_argnums=static_argnums, static_argnames=static_argnames,
                   donate_argnums=donate_argnums, donate_argnames=donate_argnames, backend=backend,
                   pipeline=pipeline)
+
+
+def _rebuild(fun: Callable, options: dict) -> "Jitted":
+    return Jitted(fun, **options)
 
 
 def eval_shape(fun: Callable, *args, **kwargs):
