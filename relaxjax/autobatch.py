@@ -123,9 +123,11 @@ class _Node:
         self.outs: list = []
 
 
-def _struct_of(x) -> ShapeDtypeStruct:
+def _struct_of(x):
     if isinstance(x, Lazy):
         return x.struct
+    if isinstance(x, (bool, int, float, complex)):
+        return x                              # traced as the weak Python scalar it is
     a = np.asarray(x)
     return ShapeDtypeStruct(a.shape, a.dtype)
 
@@ -151,6 +153,8 @@ class _Run:
                     depth = x.node.depth
             elif type(x) is np.ndarray:
                 sig.append((x.shape, x.dtype.str))
+            elif isinstance(x, (bool, int, float, complex)):
+                sig.append(type(x))            # a Python scalar: weak, as in the cell's own call
             else:
                 a = np.asarray(x)
                 sig.append((a.shape, a.dtype.str))
@@ -205,8 +209,8 @@ class _Run:
             # its kind decided (one compile for both)
             shared = list(layouts[first.key])
         else:
-            shared = [not isinstance(first.leaves[k], Lazy) and all(m.leaves[k] is first.leaves[k] for m in nodes)
-                      for k in range(n)]
+            shared = [not isinstance(first.leaves[k], Lazy) and
+                      all(_same(m.leaves[k], first.leaves[k]) for m in nodes) for k in range(n)]
             if len(nodes) > 1:
                 layouts[first.key] = tuple(shared)
         args = []
@@ -229,6 +233,13 @@ class _Run:
             for k, v in zip(kept, out_leaves):
                 m.outs[k].value = np.asarray(v[j])
         self.owner._stats["batches"] += 1
+
+
+def _same(a, b) -> bool:
+    """One argument for every node of a batch: the same array, or equal Python scalars."""
+    if a is b:
+        return True
+    return isinstance(a, (bool, int, float, complex)) and type(a) is type(b) and a == b
 
 
 class AutoBatched:

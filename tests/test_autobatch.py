@@ -128,3 +128,15 @@ def test_tree_lstm_example():
     r = subprocess.run([sys.executable, str(script), "--small"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "depth: 13 batches per call" in r.stdout and "compiles: 2" in r.stdout, r.stdout
+
+
+def test_python_scalar_arguments_stay_weak():
+    """A cell called with a Python float keeps float32 results, batched as one call does."""
+    @rj.jit
+    def cell(h, s):
+        return rnp.tanh(h * s)
+    xs = [np.full(3, k, np.float32) for k in range(5)]
+    out = rj.autobatch(lambda x: cell(cell(x, 2.0), 0.5))(xs)
+    for o, x in zip(out, xs):
+        assert o.dtype == np.float32
+        np.testing.assert_allclose(o, np.tanh(np.tanh(x * 2.0) * 0.5), rtol=1e-6)
