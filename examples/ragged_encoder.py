@@ -42,13 +42,15 @@ def init(rng, d: int, ffn: int) -> dict:
             "g1": ones(d), "n1": zeros(d), "g2": ones(d), "n2": zeros(d)}
 
 
-def encoder_ragged(p, x: ragged.RaggedArray, heads: int) -> ragged.RaggedArray:
-    """One layer on packed sentences: every product over the real tokens only."""
+def encoder_ragged(p, x: ragged.RaggedArray, heads: int, max_len: int = CAP) -> ragged.RaggedArray:
+    """One layer on packed sentences: every product over the real tokens only (attention
+    pads each sentence's queries to ``max_len``, the longest a batch may hold, and skips
+    the padding)."""
     d = x.inner_shape[0]
     qkv = x @ p["wqkv"] + p["bqkv"]
     q, k, v = (qkv.with_values(qkv.values[:, i * d:(i + 1) * d].reshape((-1, heads, d // heads)))
                for i in range(3))
-    a = ragged.dot_product_attention(q, k, v, max_len=CAP)
+    a = ragged.dot_product_attention(q, k, v, max_len=max_len)
     a = a.with_values(a.values.reshape((-1, d)))
     h = nn.layer_norm(x + (a @ p["wo"] + p["bo"]), p["g1"], p["n1"])
     f = nn.gelu(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]

@@ -429,3 +429,26 @@ def test_random_programs(ops, n, m, small_pool):
     again = jf(x[::-1].copy())
     assert_same(got, want, rtol=1e-4, atol=1e-4)          # the first results are intact
     assert_same(again, _program(ops, np)(x[::-1].copy()), rtol=1e-4, atol=1e-4)
+
+
+@given(n=st.integers(0, 1 << 30))
+@settings(max_examples=200, deadline=None)
+def test_size_classes_round_up_by_at_most_an_eighth(n):
+    c = buffer_pool.size_class(n)
+    assert n <= c <= max(n, 4096) * 1.125 + 1
+    assert buffer_pool.size_class(c) == c                  # a class is its own class
+
+
+def test_nearby_sizes_share_pooled_blocks():
+    """A ragged batch's packed rows change size every batch: requests within one size class
+    reuse the block returned (a view of the size asked; the whole block goes back)."""
+    pool = buffer_pool.BufferPool(max_bytes=64 << 20)
+    a = pool.new(10_000_000)
+    assert a.nbytes == 10_000_000 and a.__array_interface__["data"][0] % 64 == 0
+    pool.put(a)
+    b = pool.take(10_300_000)                          # same class: a hit
+    assert b is not None and b.nbytes == 10_300_000
+    assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    pool.put(b)
+    assert pool.stats()["bytes"] == buffer_pool.size_class(10_000_000)
+    assert pool.take(20_000_000) is None                # another class: a miss

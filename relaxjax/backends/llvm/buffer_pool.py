@@ -18,8 +18,21 @@ def _aligned_block(nbytes: int) -> np.ndarray:
     return raw[off:off + nbytes]
 
 
+def size_class(nbytes: int) -> int:
+    """The size a block for ``nbytes`` is allocated at: ``nbytes`` rounded up to one of 8
+    steps per power of two (at most 12.5 % more), so requests of nearby sizes (a ragged
+    batch's packed rows, different every batch) share blocks instead of each mapping, and
+    page-faulting, fresh memory."""
+    if nbytes <= 4096:
+        return nbytes
+    step = 1 << max(nbytes.bit_length() - 4, 0)
+    return -(-nbytes // step) * step
+
+
 class BufferPool:
-    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size.
+    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size (a
+    ``size_class``: ``new`` allocates at it, ``take`` finds the class of the size asked, and
+    both hand out a view of the size asked, ``put`` takes it back whole).
 
     Bounded: at most ``max_per_size`` blocks of one size and ``max_bytes`` in all.  Sizes
     are kept least recently used first: a block that would pass ``max_bytes`` evicts (frees)
@@ -37,26 +50,41 @@ class BufferPool:
         self._lock = threading.Lock()
         self._holder = None
         self._owned: dict = {}         # id(weakref) -> (weakref, block)
+        self._whole: dict = {}         # id(a view handed out) -> the class-sized block
         self.hits = self.misses = self.returned = self.dropped = 0
 
     def take(self, nbytes: int):
-        """A free block of exactly ``nbytes``, or None."""
+        """A free block for ``nbytes`` (a view of exactly ``nbytes`` of a block of its size
+        class), or None."""
+        size = size_class(nbytes)
         self._acquire()
         try:
-            lst = self._free.get(nbytes)
+            lst = self._free.get(size)
             blk = lst.pop() if lst else None
             if blk is not None:
-                self._bytes -= nbytes
+                self._bytes -= size
                 self.hits += 1
                 if lst:
-                    self._free.move_to_end(nbytes)
+                    self._free.move_to_end(size)
                 else:
-                    del self._free[nbytes]
+                    del self._free[size]
             else:
                 self.misses += 1
         finally:
             self._release()
-        return blk
+        return None if blk is None else self._lend(blk, nbytes)
+
+    def new(self, nbytes: int) -> np.ndarray:
+        """A fresh aligned block for ``nbytes``, allocated at its size class (a view of
+        exactly ``nbytes``; ``put`` returns the whole block to the pool)."""
+        return self._lend(_aligned_block(size_class(nbytes)), nbytes)
+
+    def _lend(self, blk: np.ndarray, nbytes: int) -> np.ndarray:
+        if blk.nbytes == nbytes:
+            return blk
+        view = blk[:nbytes]
+        self._whole[id(view)] = blk
+        return view
 
     def put_when_dead(self, owner, blk: np.ndarray) -> None:
         """Give ``blk`` back once ``owner`` is garbage collected (what ``weakref.finalize``
@@ -86,6 +114,9 @@ class BufferPool:
             lock.acquire()
         try:
             self._holder = threading.get_ident()
+            whole = self._whole.pop(id(blk), None)
+            if whole is not None and whole.__array_interface__["data"][0] == blk.__array_interface__["data"][0]:
+                blk = whole                    # the view lent: its whole block goes back
             n = blk.nbytes
             free = self._free
             if n > self.max_bytes or len(free.get(n, ())) >= self.max_per_size:

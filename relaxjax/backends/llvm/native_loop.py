@@ -26,7 +26,7 @@ from ...shapes import eval_dim, is_symbolic
 from ...tir.analysis import inplace_input
 from ...tir.index_checks import ERROR_RECORD
 from ..control_flow import ControlFlowRunner
-from .buffer_pool import POOL, _aligned_block
+from .buffer_pool import POOL
 from .runner_memory import POOL_MIN_BYTES
 from .engine import compile_llvm, native_code
 from .host import ARRAY_DATA_OFFSET, TUPLE_ITEMS_OFFSET, Segment
@@ -476,7 +476,7 @@ def _pooled(shape: tuple, dtype: np.dtype) -> np.ndarray:
     if n < POOL_MIN_BYTES:
         return np.empty(shape, dtype)
     blk = POOL.take(n)
-    blk = _aligned_block(n) if blk is None else blk
+    blk = POOL.new(n) if blk is None else blk
     flat = np.frombuffer(memoryview(blk), dtype)     # (see runner_memory: the base is blk's)
     POOL.put_when_dead(flat, blk)
     return flat.reshape(shape)

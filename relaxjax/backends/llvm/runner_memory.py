@@ -66,7 +66,7 @@ class RunnerMemory:
         def take(n, counter=_ALLOC_TMP):
             blk = pool.take(n)
             if blk is None:
-                blk = block(n)
+                blk = pool.new(n)
                 st[_MISSES] += 1
                 st[counter] += 1
             else:
