@@ -21,10 +21,8 @@ then each sentence's (n, d) float32 inputs.  Peers:
 
 - ``relaxjax-ragged``: ``rj.jit`` of the example's ``encoder_ragged`` on a ``RaggedArray``
   (projections and FFN over the packed real tokens; ``ragged.dot_product_attention`` pads
-  q/k/v to the cap inside and its kernel stops at each sentence's key length).  The example
-  passes ``max_len=CAP`` with its module constant ``CAP = 128``, so for SQuAD the worker sets
-  ``ragged_encoder.CAP`` to 384 before tracing (else a batch with a sentence longer than 128
-  fails: ``IndexError`` where the attention output is packed back);
+  q/k/v to the workload's cap, ``max_len``, inside, and its kernel stops at each sentence's
+  length, for keys and queries);
 - ``relaxjax-padded``: ``rj.jit`` of the example's ``encoder_padded``, every sentence padded
   to the workload's cap, attention masked by ``key_value_seq_lengths``;
 - ``numpy-padded``: the layer in NumPy float32 (written here) on the padded batch, attention
@@ -150,12 +148,7 @@ def build_relaxjax(style, p, heads, cap, threads):
     ex = example()
     notes = []
     if style == "ragged":
-        if ex.CAP != cap:
-            # encoder_ragged passes max_len=CAP (the example's 128) to ragged attention
-            notes.append(f"examples/ragged_encoder.py's CAP ({ex.CAP}) set to {cap} for "
-                         f"encoder_ragged's max_len")
-            ex.CAP = cap
-        fn = rj.jit(lambda p, x: ex.encoder_ragged(p, x, heads))
+        fn = rj.jit(lambda p, x: ex.encoder_ragged(p, x, heads, max_len=cap))
         return (lambda lengths, sents: ragged.from_list(sents), lambda x: fn(p, x),
                 lambda out, k: out.to_list()[:k], lambda: fn.cache_info().compiles, notes)
     fn = rj.jit(lambda p, x, n: ex.encoder_padded(p, x, n, heads))
