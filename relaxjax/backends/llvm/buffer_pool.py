@@ -30,9 +30,10 @@ def size_class(nbytes: int) -> int:
 
 
 class BufferPool:
-    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size (a
-    ``size_class``: ``new`` allocates at it, ``take`` finds the class of the size asked, and
-    both hand out a view of the size asked, ``put`` takes it back whole).
+    """Process-wide free lists of large aligned uint8 blocks, keyed by byte size (blocks
+    from ``new`` have a ``size_class``; ``take`` looks for the class of the size asked, then
+    for that exact size; both hand out a view of the size asked, ``put`` takes it back
+    whole).
 
     Bounded: at most ``max_per_size`` blocks of one size and ``max_bytes`` in all.  Sizes
     are kept least recently used first: a block that would pass ``max_bytes`` evicts (frees)
@@ -60,6 +61,9 @@ class BufferPool:
         self._acquire()
         try:
             lst = self._free.get(size)
+            if not lst and size != nbytes:     # a block of exactly this size, put back whole
+                size = nbytes
+                lst = self._free.get(size)
             blk = lst.pop() if lst else None
             if blk is not None:
                 self._bytes -= size
