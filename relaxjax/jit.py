@@ -24,11 +24,11 @@ from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
 from .ir import IRModule, Literal
 from .jit_args import CallArgs, check_static, spec_list
-from .shapes import eval_dim
-from .structs import ShapeDtypeStruct
 from .jit_cache import build_cached
 from .jit_trace import trace_call
+from .shapes import eval_dim
 from .signature import Binder
+from .structs import ShapeDtypeStruct
 from .core import current_trace, find_trace
 
 
@@ -304,7 +304,6 @@ class Jitted:
         # positions (and keyword names) of the donated arguments; jit_trace marks their leaves
         self.donated = frozenset(donate) | frozenset(donate_names)
         self._cache: dict = {}
-        self._filled: set = set()           # (fast key, shapes) of empty inputs with results
         self._hits = self._misses = self._compiles = 0
         # held while a miss traces and compiles (so that threads missing at once compile one
         # entry, not one each); hits take no lock
@@ -380,10 +379,11 @@ class Jitted:
         return optree.tree_unflatten(traced.out_tree, leaves)
 
     def _empty_results(self, args: tuple):
-        """A call whose results all have no elements (Dask's probe of a function with empty
-        arrays, ``map_blocks``' meta) needs nothing compiled: its empty results, from
-        tracing alone, so the dims of the first real call are the entry's (a dim first seen
-        empty can need guards a chunk of data breaks).  None otherwise."""
+        """A call that no entry takes, whose results all have no elements (Dask's probe of a
+        function with empty arrays, ``map_blocks``' meta), needs nothing compiled: its empty
+        results, from tracing alone, so the dims of the first real call are the entry's (a
+        dim first seen empty can need guards a chunk of data breaks).  None otherwise (a
+        call with results compiles, and its entry takes the next such call)."""
         try:
             out = self.eval_shape(*args)
         except Exception:                   # let the call raise what it raises
@@ -406,13 +406,6 @@ class Jitted:
                 return out
         if not kwargs and len(args) == self._fast_arity:
             key, arrays = _fast_key(args)
-            if key is not None and any(a.size == 0 for a in arrays):
-                probe = (key, tuple([a.shape for a in arrays]))
-                if probe not in self._filled:
-                    empty = self._empty_results(args)
-                    if empty is not None:
-                        return empty
-                    self._filled.add(probe)     # results with elements: no probe next time
             if key is not None:
                 shapes = tuple([a.shape for a in arrays])
                 entry = self._exact.get((key, shapes))
@@ -425,6 +418,10 @@ class Jitted:
                     if type(dims) is tuple:
                         self._hits += 1
                         return entry.run(dims, arrays)
+                if any(0 in s for s in shapes):   # a miss on empty arrays: maybe nothing to compile
+                    empty = self._empty_results(args)
+                    if empty is not None:
+                        return empty
                 keyed = []
                 out = self._call_slow(args, kwargs, keyed)
                 if keyed:           # this call's cache key (per call: other threads have theirs)
