@@ -1,20 +1,21 @@
 """A matrix product's epilogue in the product: the loop-level program that follows a
 generated product and maps its result element by element (a bias, an activation, a
-residual: ``gelu(x @ W1 + b1)``) runs on each tile of the result as soon as the tile is
+residual: ``gelu(x @ W1 + b1)``) runs on each block of the result as soon as the block is
 final, while it is in cache, instead of as a pass over the whole result after the product.
 
 The segment passes the program's tile function (``codegen``: ``sym.tile(args, r0, r1, c0,
 c1)``, the program's loops restricted to a rectangle) to the generated product, which calls
-it on every tile after the tile's last contraction slice (``gemm``: ``epi``).  Where the
-product runs in BLAS instead (the shape rule's choice, made at run time), the program runs
-after it as before.
+it on every row block of a column block after the block's last contraction slice
+(``gemm``: ``epi``).  Where the product runs in BLAS instead (the shape rule's choice, made
+at run time), the program runs after it as before.
 
 :func:`epilogue_pairs` says which (product, program) pairs of a segment may: the program
 comes right after the product, reads the product only at the element it writes (its two
 loops: rows outer, columns inner, over the product's shape), writes every output at that
 element too, reads none of its outputs and accumulates nothing across elements; and no
 output of the program shares memory with a value the product still reads (the memory plan
-may give it the storage of an operand that dies at the product).
+may give it the storage of an operand that dies at the product); and the product may run
+the generated code at all (the shape rule, on what is known of its dims before the call).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ...ir import Var
 from ...tir import For, Load, Local, PrimFunc, Seq, Store, Var as TVar
 from ...tir.index_checks import check_numbers
 from ...tir.visit import walk_expr
+from . import gemm_rule, target
 
 # the real gemm library functions (transposed operands read through flags included)
 PRODUCTS = {f"blas.{c}gemm{form}" for c in "sd" for form in ("", "_nt", "_tn", "_tt")}
@@ -64,6 +66,16 @@ def _names(index) -> tuple:
     return tuple(i.name if isinstance(i, TVar) else None for i in index)
 
 
+def _may_be_generated(prod) -> bool:
+    """Whether the shape rule may send product ``prod`` (a 2-D gemm call) to the generated
+    product, from what its shapes say before it runs (``gemm_rule.may_use_generated``)."""
+    a = prod.args[0].type.shape
+    m, n = prod.outvars[0].type.shape
+    k = a[0] if prod.callee.name[-3:] in ("_tn", "_tt") else a[1]
+    known = [d if isinstance(d, int) else None for d in (m, n, k)]
+    return gemm_rule.may_use_generated(prod.callee.name[5], target.vector_bits(), *known)
+
+
 def epilogue_pairs(segments: list, fn, plan, excluded=frozenset()) -> dict:
     """id(product binding) -> the program binding after it that may run as its epilogue
     (see the module's docstring); ``excluded``: ids of programs that may not (their code
@@ -77,6 +89,8 @@ def epilogue_pairs(segments: list, fn, plan, excluded=frozenset()) -> dict:
             if prod.kind != "library" or prod.callee.name not in PRODUCTS or prog.kind != "tir" or \
                     id(prog.callee) in excluded or len(prod.outvars[0].type.shape) != 2:
                 continue
+            if not _may_be_generated(prod):
+                continue                       # always BLAS: a tile function would go unused
             c = prod.outvars[0]
             uses = [k for k, a in enumerate(prog.args) if a is c]
             if len(uses) != 1 or not tile_fusable(prog.callee, prog.callee.inputs[uses[0]]):

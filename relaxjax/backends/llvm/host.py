@@ -390,13 +390,10 @@ class SegmentEmitter(KernelEmitter):
                 gemm_rule.may_use_generated(letter, target.vector_bits(), *(
                     int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)), batched=True):
             # one call of the generated product over the whole batch, where the rule says
-            variant = gemm.gemm_symbol(letter, ta, tb)
-            self.gemms_used.add(variant)
-            ptr = "@" + gemm.pointer_symbol(variant)
-            self.helpers_used.add(f"{ptr} = external global ptr")
+            ptr = self._generated_product(letter, ta, tb)
             count = self._expr(total)
             use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, target.vector_bits(),
-                                     M, N, K, batch=count)
+                                          M, N, K, batch=count)
             gen, loop, skip = fn.label("bgen"), fn.label("bloop"), fn.label("bdone")
             fn.emit(f"br i1 {use}, label %{gen}, label %{loop}")
             fn.start_block(gen)
@@ -453,6 +450,15 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br label %{skip}")
             fn.start_block(skip)
 
+    def _generated_product(self, letter: str, ta: bool, tb: bool) -> str:
+        """The runtime global holding the generated product of this type and these
+        transposes (``gemm.pointer_symbol``), which the executable then loads."""
+        variant = gemm.gemm_symbol(letter, ta, tb)
+        self.gemms_used.add(variant)
+        ptr = "@" + gemm.pointer_symbol(variant)
+        self.helpers_used.add(f"{ptr} = external global ptr")
+        return ptr
+
     def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc,
                    epilogue=None) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
@@ -471,10 +477,7 @@ class SegmentEmitter(KernelEmitter):
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
         if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known):
-            variant = gemm.gemm_symbol(letter, ta, tb)
-            self.gemms_used.add(variant)
-            ptr = "@" + gemm.pointer_symbol(variant)
-            self.helpers_used.add(f"{ptr} = external global ptr")
+            ptr = self._generated_product(letter, ta, tb)
             gen, lib = fn.label("gen"), fn.label("blas")
             use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
