@@ -183,6 +183,7 @@ class LLVMExecutable(Executable):
         """The generated runner's globals that live in this process: functions, the memory
         closures, the segments' entry points, the constants."""
         g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64, "_donatable": _donatable,
+             "_shared_owners": _shared_owners,
              "_host": self._host_op, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
         self._stats = [0, 0, 0, 0, 0, None, None]
@@ -231,6 +232,8 @@ class LLVMExecutable(Executable):
         if mem is not None:
             L += mem.prologue(local)
         donors = self._donors()
+        if donors:
+            L.append("  _sh = _shared_owners(arrays)")
         for si, st in enumerate(self.steps):
             if isinstance(st, (Segment, LibraryHostCall)):
                 for b in (st.calls if isinstance(st, Segment) else [st.binding]):
@@ -244,8 +247,8 @@ class LLVMExecutable(Executable):
                             alloc = [f"  _b[{self.slot_of[v]}] = _empty({shape}, _t{self.slot_of[v]})"]
                         if v in donors:             # the donated argument's array, when it may be
                             k = self.slot_of[donors[v]]
-                            L += [f"  if _donatable(_b[{k}], arrays, {k}):", f"    _b[{self.slot_of[v]}] = _b[{k}]",
-                                  "  else:", *("  " + line for line in alloc)]
+                            L += [f"  if _donatable(_b[{k}], arrays, {k}, _sh):",
+                                  f"    _b[{self.slot_of[v]}] = _b[{k}]", "  else:", *("  " + line for line in alloc)]
                         else:
                             L += alloc
                 if isinstance(st, LibraryHostCall):
@@ -444,26 +447,36 @@ def _owner(a):
     return a
 
 
-def _donatable(buf: np.ndarray, arrays, k: int) -> bool:
+def _shared_owners(arrays) -> set:
+    """The positions of the arguments whose memory another argument may share (computed
+    once per call that donates): arrays of one owning array, and, for memory NumPy does
+    not own (``frombuffer`` over one buffer), those ``may_share_memory`` says overlap."""
+    first, out, foreign = {}, set(), []
+    for j, b in enumerate(arrays):
+        if not isinstance(b, np.ndarray):
+            continue
+        o = _owner(b)
+        if not isinstance(o, np.ndarray):
+            foreign.append(j)
+        k = first.setdefault(id(o), j)
+        if k != j:
+            out.update((j, k))
+    for j in foreign:
+        for i, b in enumerate(arrays):
+            if i != j and isinstance(b, np.ndarray) and np.may_share_memory(arrays[j], b):
+                out.update((i, j))
+    return out
+
+
+def _donatable(buf: np.ndarray, arrays, k: int, shared: set) -> bool:
     """Whether argument ``k``'s buffer (``buf``: the array passed, or its contiguous copy)
     may be written over by a result: a copy is ours; the caller's array must be writeable
-    and share no memory with another argument (which the call still reads).  Arrays of
-    other owners are apart but for memory shared outside NumPy's bases (``frombuffer``
-    over one buffer): those that do not own their memory are compared exactly."""
+    and share no memory with another argument (``shared``: ``_shared_owners``), which the
+    call still reads."""
     a = arrays[k]
     if buf is not a:
         return True
-    if type(a) is not np.ndarray or not a.flags.writeable:
-        return False
-    mine = _owner(a)
-    for j, b in enumerate(arrays):
-        if j == k or not isinstance(b, np.ndarray):
-            continue
-        theirs = _owner(b)
-        if theirs is mine or (not isinstance(theirs, np.ndarray) or not isinstance(mine, np.ndarray)) \
-                and np.may_share_memory(a, b):
-            return False
-    return True
+    return type(a) is np.ndarray and a.flags.writeable and k not in shared
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
