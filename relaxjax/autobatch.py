@@ -44,12 +44,12 @@ POLICIES = ("depth", "agenda")
 
 
 class Lazy:
-    """A cell's result not computed yet: its node and which leaf of the node's outputs it
-    is, with the shape and dtype tracing gave it (``sig``: both, as a node's key holds them)."""
-    __slots__ = ("node", "leaf", "struct", "value", "run", "sig")
+    """A cell's result not computed yet: its node, with the shape and dtype tracing gave it
+    (``sig``: both, as a node's key holds them)."""
+    __slots__ = ("node", "struct", "value", "run", "sig")
 
-    def __init__(self, node, leaf: int, struct: ShapeDtypeStruct, run: "_Run"):
-        self.node, self.leaf, self.struct, self.run = node, leaf, struct, run
+    def __init__(self, node, struct: ShapeDtypeStruct, run: "_Run"):
+        self.node, self.struct, self.run = node, struct, run
         self.sig = (struct.shape, struct.dtype.str)
         self.value = None
 
@@ -161,8 +161,7 @@ class _Run:
         key = (id(cell), tree, tuple(sig))
         out_leaves, out_tree = self.owner._out_shapes(cell, key, leaves)
         node = _Node(cell, leaves, tree, depth + 1, key)
-        node.outs = [Lazy(node, k, s, self) if type(s) is ShapeDtypeStruct else s
-                     for k, s in enumerate(out_leaves)]
+        node.outs = [Lazy(node, s, self) if type(s) is ShapeDtypeStruct else s for s in out_leaves]
         self.pending.append(node)
         self.owner._stats["nodes"] += 1
         return optree.tree_unflatten(out_tree, node.outs)
