@@ -74,16 +74,13 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
-from batch_sizes import busy_cpu_s, children_cpu_s, wait_quiet
 from report import write_report
+from workers import run_cold_worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -419,44 +416,17 @@ def worker(a) -> dict:
 
 # ----------------------------------------------------------------------------- driver
 def run_worker(peer: str, batch: int, steps: int, a) -> dict:
-    tmp = tempfile.mkdtemp(prefix="rj-decode-")
-    env = dict(os.environ, RELAXJAX_CACHE_DIR=os.path.join(tmp, "rj"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "ti"), JAX_PLATFORMS="cpu",
-               TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("RELAXJAX_CACHE", None)
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[k] = str(a.threads)
-    env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}"
-    ncpu = os.cpu_count() or a.threads
-    pin = (lambda: os.sched_setaffinity(0, set(range(a.threads)))) if a.threads < ncpu else None
-    python = a.torch_python if peer.startswith("torch") else sys.executable
-    cmd = [python, os.path.abspath(__file__), "--worker", peer, "--batch", str(batch),
-           "--steps", str(steps), "--max-steps", str(a.steps), "--prompt", str(a.prompt),
-           "--threads", str(a.threads), "--worker-out", os.path.join(tmp, "result.json")]
-    if a.quick:
-        cmd.append("--quick")
-    waited = wait_quiet(NOISY, a.quiet_max_wait) if a.quiet_max_wait else 0.0
-    print(f"== {peer}, batch {batch}, {steps} steps ...", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    b0, c0 = busy_cpu_s(), children_cpu_s()
-    out = None
-    try:
-        out = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True, text=True,
-                             timeout=a.worker_timeout)
-        with open(os.path.join(tmp, "result.json")) as f:
-            res = json.load(f)
-    except subprocess.TimeoutExpired:
-        res = {"peer": peer, "batch": batch, "error": f"timed out after {a.worker_timeout} s"}
-    except (OSError, ValueError) as e:
-        msg = (out.stderr or out.stdout) if out is not None else repr(e)
-        res = {"peer": peer, "batch": batch, "error": msg[-1500:] or f"worker exited {out.returncode}"}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    res["process_s"] = wall = time.perf_counter() - t0
-    res["bg_cores"] = max(0.0, busy_cpu_s() - b0 - (children_cpu_s() - c0)) / wall
-    res["quiet_wait_s"] = waited
+    args = ["--worker", peer, "--batch", str(batch), "--steps", str(steps), "--max-steps", str(a.steps),
+            "--prompt", str(a.prompt), "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
+    res, _ = run_cold_worker(
+        os.path.abspath(__file__), args, threads=a.threads, timeout=a.worker_timeout,
+        python=a.torch_python if peer.startswith("torch") else sys.executable,
+        quiet_threshold=NOISY, quiet_max_wait=a.quiet_max_wait,
+        label=f"{peer}, batch {batch}, {steps} steps", row={"peer": peer, "batch": batch},
+        error_tail=1500, env_in_tmp={"TORCHINDUCTOR_CACHE_DIR": "ti"},
+        env={"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
+             "XLA_FLAGS": f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}"},
+        drop_env=("JAX_COMPILATION_CACHE_DIR",))
     print(f"   done in {res['process_s']:.1f} s" + (f": {res['error']}" if "error" in res else
           f": total {res['total_s']:.2f} s, compiles {res['compiles']}, err {res['max_rel_err']:.1e}"),
           file=sys.stderr, flush=True)

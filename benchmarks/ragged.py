@@ -68,17 +68,14 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
-from batch_sizes import busy_cpu_s, children_cpu_s, wait_quiet
 from report import write_report
+from workers import run_cold_worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -334,41 +331,17 @@ def worker(a) -> dict:
 
 # ----------------------------------------------------------------------------- driver
 def run_worker(peer: str, workload: str, nbatches: int, a) -> dict:
-    tmp = tempfile.mkdtemp(prefix="rj-ragged-")
-    env = dict(os.environ, RELAXJAX_CACHE_DIR=os.path.join(tmp, "rj"),
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("RELAXJAX_CACHE", None)
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[k] = str(a.threads)
-    ncpu = os.cpu_count() or a.threads
-    pin = (lambda: os.sched_setaffinity(0, set(range(a.threads)))) if a.threads < ncpu else None
-    python = a.torch_python if peer.startswith("torch") else sys.executable
-    cmd = [python, os.path.abspath(__file__), "--worker", peer, "--workload", workload,
-           "--nbatches", str(nbatches), "--threads", str(a.threads),
-           "--worker-out", os.path.join(tmp, "result.json")] + (["--quick"] if a.quick else [])
-    waited = wait_quiet(NOISY, a.quiet_max_wait) if a.quiet_max_wait else 0.0
-    print(f"== {peer}, {workload}, {nbatches} batches ...", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    b0, c0 = busy_cpu_s(), children_cpu_s()
-    out = None
-    try:
-        out = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True, text=True,
-                             timeout=a.worker_timeout)
-        with open(os.path.join(tmp, "result.json")) as f:
-            res = json.load(f)
-    except subprocess.TimeoutExpired:
-        res = {"peer": peer, "workload": workload, "error": f"timed out after {a.worker_timeout} s"}
-    except (OSError, ValueError) as e:
-        msg = (out.stderr or out.stdout) if out is not None else repr(e)
-        res = {"peer": peer, "workload": workload, "error": msg[-2000:] or f"worker exited {out.returncode}"}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    res["process_s"] = wall = time.perf_counter() - t0
-    res["bg_cores"] = max(0.0, busy_cpu_s() - b0 - (children_cpu_s() - c0)) / wall
-    res["quiet_wait_s"] = waited
+    args = ["--worker", peer, "--workload", workload, "--nbatches", str(nbatches),
+            "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
+    res, out = run_cold_worker(
+        os.path.abspath(__file__), args, threads=a.threads, timeout=a.worker_timeout,
+        python=a.torch_python if peer.startswith("torch") else sys.executable,
+        quiet_threshold=NOISY, quiet_max_wait=a.quiet_max_wait,
+        label=f"{peer}, {workload}, {nbatches} batches", row={"peer": peer, "workload": workload},
+        error_tail=2000)
     if out is not None and out.stderr and "error" not in res:
         res["stderr_tail"] = out.stderr[-1500:]
-    print(f"   done in {wall:.1f} s" + (f": {res['error'].strip().splitlines()[-1]}" if "error" in res else
+    print(f"   done in {res['process_s']:.1f} s" + (f": {res['error'].strip().splitlines()[-1]}" if "error" in res else
           f": total {res['total_s']:.2f} s, median {1e3 * res['median_batch_s']:.1f} ms, "
           f"compiles {res['compiles']}, err {res['max_err']:.1e}"), file=sys.stderr, flush=True)
     return res
