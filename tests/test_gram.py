@@ -75,3 +75,30 @@ def test_a_gram_product_does_not_change_its_operand():
     for b in BACKENDS:
         rj.jit(lambda x: x.T @ x, backend=b)(a)
         np.testing.assert_array_equal(a, keep)
+
+
+@given(m=DIMS, k=DIMS, form=st.sampled_from(["nt", "tn"]), dtype=st.sampled_from(["float64", "float32"]))
+@settings(max_examples=25, deadline=None)
+def test_a_gram_product_read_after_its_fused_epilogue_is_whole(m, k, form, dtype):
+    """The product is a result of its fused group (a reduction fused into it) and is read
+    again by another program: what that program reads is the whole product, not syrk's
+    triangle.  (The gradient of ``sum((a @ a.T) ** 2)`` was this program, and was wrong.)"""
+    a = np.random.default_rng(m * 100 + k).uniform(-1, 1, (m, k)).astype(dtype)
+
+    def f(a):
+        c = FORMS[form](a)
+        return c, np.sum(c * c), c * 2.0 + c.T
+
+    c64 = FORMS[form](a.astype(np.float64))
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-4, atol=1e-4)
+    for b in BACKENDS:
+        c, s, d = rj.jit(f, backend=b)(a)
+        np.testing.assert_allclose(c, c64, **tol)
+        np.testing.assert_allclose(s, np.sum(c64 * c64), rtol=tol["rtol"] * 10, atol=tol["atol"] * 10)
+        np.testing.assert_allclose(d, c64 * 2.0 + c64.T, **tol)
+    n = a.shape[0] if form == "nt" else a.shape[1]
+    if n > 1:
+        g = rj.grad(lambda a: np.sum(FORMS[form](a) ** 2))(a.astype(np.float64))
+        a64 = a.astype(np.float64)
+        want = 4 * c64 @ a64 if form == "nt" else 4 * a64 @ c64
+        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-9)

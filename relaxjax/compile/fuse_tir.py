@@ -30,7 +30,7 @@ from .lowering import (BLAS, COMPUTE, REDUCERS, Accumulator, buffer_names, defau
 from ..tir import Buffer, For, Load, Local, PrimFunc, Seq, Store, from_sympy
 from ..tir.index_checks import data_index_checks
 from ..tir.share import bind_shared
-from .blas_calls import SYRK, gemm_call, gram_operand, read_lower_triangle
+from .blas_calls import SYRK, gemm_call, gram_operand, mirror_program, read_lower_triangle
 from .value_ranges import ValueRanges
 
 # Ops worth storing once rather than recomputing in a second pass over a row.
@@ -399,7 +399,13 @@ def lower_fused_call(b: Binding, name: str, defs: dict | None = None) -> list:
         if gram is not None:            # syrk fills one triangle; the epilogue reads it
             f = copy.deepcopy(f)
             read_lower_triangle(f, f.params[inputs.index(mm.outvars[0])])
-            calls.append(Binding([mm_out], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, mm.source))
+            exported = mm.outvars[0] in sub.results
+            tri = Var(mm_out.type) if exported else mm_out
+            calls.append(Binding([tri], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, mm.source))
+            if exported:                # the product is a result too: whole, mirrored
+                calls.append(Binding([mm_out], mirror_program(tri.type, f"{name}_mirror"), [tri], {},
+                                     mm.source))
+            value_of[mm.outvars[0]] = tri
         else:
             name, args = gemm_call(mm, args, defs or {}, BLAS[dtype])
             calls.append(Binding([mm_out], LibraryFunc(name), args, {}, mm.source))
