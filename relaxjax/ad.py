@@ -25,10 +25,9 @@ the body's pullback run backwards) and that of a branch the same branch's pullba
 
 ``jacfwd``/``jacrev`` map ``jvp``/the pullback over unit vectors with ``relaxjax.vmap``.
 
-Not yet here (each raises an error that names it): derivatives of cumprod,
-``take_along_axis``, boolean masks, linalg's qr and spectral functions, loop-level
-programs and other library calls
-(``custom_vjp`` gives them one).
+The rules of the ``linalg`` library calls are in ``ad_linalg``.  Not yet here (each raises
+an error that names it): values of complex dtype computed from the differentiated inputs,
+loop-level programs and other library calls (``custom_vjp`` gives them one).
 """
 from __future__ import annotations
 
@@ -42,9 +41,9 @@ import optree
 from . import dtypes as dt
 from . import nn
 from . import numpy as rnp
-from .numpy import linalg as rla
 from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
+from .ad_linalg import LINALG_VJPS
 from .jit import jit, traced_or_jitted
 from .library import attention_lengths_name, attention_name
 from .lax.ad_util import same_shape, zeros_like
@@ -92,7 +91,7 @@ class _Recording:
         self.active = {x.atom for xs in self.inputs for x in xs}
         for b in self.bindings:
             if any(isinstance(a, Var) and a in self.active for a in b.args):
-                self.active.update(v for v in b.outvars if dt.is_float(v.type.dtype) and v not in ctx.stopped)
+                self.active.update(v for v in b.outvars if _inexact(v.type.dtype) and v not in ctx.stopped)
 
     def backward(self, seeds: list) -> list:
         """The inputs' cotangents (trees like the inputs) from ``seeds``: (output tracer,
@@ -106,6 +105,9 @@ class _Recording:
             cts = [ct.pop(v, None) for v in b.outvars]
             if all(c is None for c in cts) or not any(v in self.active for v in b.outvars):
                 continue
+            if any(isinstance(v, Var) and v in self.active and dt.is_complex(v.type.dtype)
+                   for v in (*b.outvars, *b.args)):
+                raise NotImplementedError(_complex_unsupported(b))
             custom = ctx.custom_vjps.get(b.outvars[0])
             if custom is not None:            # an output of a custom_vjp call: its rule
                 call, k = custom
@@ -116,12 +118,15 @@ class _Recording:
             rule = getattr(b.callee, "vjp", None) if b.kind == "primitive" else \
                 LIBRARY_VJPS.get(b.callee.name) if b.kind == "library" else None
             every = getattr(b.callee, "vjp_all_outputs", False)     # a loop: all its carries
-            if rule is None or (len(b.outvars) != 1 and not every):
+            several = b.kind == "library" and len(b.outvars) != 1       # qr, eigh, svd
+            if rule is None or (len(b.outvars) != 1 and not (every or several)):
                 raise NotImplementedError(_no_rule(b))
             ins = [Tracer(ctx, a) for a in b.args]
+            outs = [Tracer(ctx, v) for v in b.outvars]
             if every:
-                got = rule(cts, *ins, outs=[Tracer(ctx, v) for v in b.outvars], pullback=_pullback,
-                           **b.params)
+                got = rule(cts, *ins, outs=outs, pullback=_pullback, **b.params)
+            elif several:
+                got = rule([c if c is not None else zeros_like(o) for c, o in zip(cts, outs)], *ins, outs=outs)
             else:
                 got = rule(cts[0], *ins, out=Tracer(ctx, b.outvars[0]), **b.params)
             for a, c in zip(b.args, got):
@@ -154,41 +159,6 @@ def _attention_lengths_vjp(ct, q, k, v, scale, lengths, out):
     return (*pullback(ct), None, None)
 
 
-def _t(x):
-    return rnp.swapaxes(x, -1, -2)
-
-
-def _solve_vjp(ct, a, bt, *, out):
-    """``xt = solve(a, bt^T)^T`` (``linalg.solve``'s layout: right-hand sides as rows):
-    the right-hand sides' cotangent solves with ``a^T``; ``a``'s is ``-g_b x^T``."""
-    gb = rla.solve(_t(a), _t(ct))                     # (..., n, k)
-    return -(gb @ out), _t(gb)
-
-
-def _inv_vjp(ct, a, *, out):
-    return (-(_t(out) @ ct @ _t(out)),)
-
-
-def _det_vjp(ct, a, *, out):
-    """d det(A) = det(A) tr(A^-1 dA): ``a``'s cotangent is ``g det(A) A^-T`` (A singular:
-    ``inv``'s LinAlgError)."""
-    return ((ct * out)[..., None, None] * _t(rla.inv(a)),)
-
-
-def _cholesky_vjp(ct, a, *, out):
-    """``L = cholesky(A)`` from A's lower triangle (Murray, "Differentiation of the Cholesky
-    decomposition", 2016): with ``Phi`` the lower triangle, diagonal halved,
-    ``S = L^-T Phi(L^T g) L^-1``, A's cotangent is ``Phi(S + S^T)`` (none for the upper
-    triangle, which is not read)."""
-    def phi(x):
-        n = x.shape[-1]
-        lower = rnp.tril(x)
-        return lower - 0.5 * x * rnp.eye(n, dtype=x.dtype)
-    linv = rla.inv(out)
-    s = _t(linv) @ phi(_t(out) @ ct) @ linv
-    return (phi(s + _t(s)),)
-
-
 # library functions with a derivative rule, by name (the others need rj.custom_vjp)
 LIBRARY_VJPS = {attention_name(d, c): _attention_vjp(c) for d in ("float32", "float64") for c in (False, True)}
 def _attention_qlengths_vjp(ct, q, k, v, scale, lengths, q_lengths, out):
@@ -200,8 +170,7 @@ def _attention_qlengths_vjp(ct, q, k, v, scale, lengths, q_lengths, out):
 
 LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in ("float32", "float64")})
 LIBRARY_VJPS.update({attention_lengths_name(d, True): _attention_qlengths_vjp for d in ("float32", "float64")})
-LIBRARY_VJPS.update({"linalg.solve": _solve_vjp, "linalg.inv": _inv_vjp, "linalg.det": _det_vjp,
-                     "linalg.cholesky": _cholesky_vjp})
+LIBRARY_VJPS.update(LINALG_VJPS)
 
 
 def _pullback(fun: Callable, primals: list, cts: list) -> list:
@@ -217,6 +186,17 @@ def _accumulate(ct: dict, v: Var, c: Tracer) -> None:
                              f"for a value of type {v.type}")
     prev = ct.get(v)
     ct[v] = c if prev is None else PRIMITIVES["add"].bind(prev, c)
+
+
+def _inexact(dtype) -> bool:
+    return dt.is_float(dtype) or dt.is_complex(dtype)
+
+
+def _complex_unsupported(b) -> str:
+    where = f" (traced at {b.source})" if b.source else ""
+    return (f"grad through complex values is not implemented yet: {b.callee.name}{where} takes or "
+            f"gives a complex value computed from the differentiated inputs (work on the real "
+            f"and imaginary parts as float arrays instead)")
 
 
 def _no_rule(b) -> str:

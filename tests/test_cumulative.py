@@ -108,3 +108,25 @@ def test_running_extremum_gradient_of_ties_goes_to_the_later_element():
     x = np.array([1.0, 3.0, 3.0, 2.0, 5.0])
     g = rj.grad(lambda x: rnp.maximum.accumulate(x).sum())(x)
     np.testing.assert_array_equal(g, [1.0, 1.0, 2.0, 0.0, 1.0])     # every output's 1, once
+
+
+@given(shape=st.sampled_from([(1,), (2,), (7,), (3, 5), (2, 1, 13), (31,)]), data=st.data(),
+       zeros=st.integers(0, 2), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=25, deadline=None)
+def test_cumprod_gradient_and_jvp_match_finite_differences(shape, data, zeros, seed):
+    """cumprod's rule runs the recurrence from the end (no division): zeros in x are exact.
+    The product is multilinear in x, so central differences are exact up to rounding."""
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(seed)
+    x, w, t = (rng.uniform(-1.5, 1.5, shape) for _ in range(3))
+    x.reshape(-1)[rng.choice(x.size, min(zeros, x.size), replace=False)] = 0.0
+    f = lambda x: (rnp.cumprod(x, axis=axis) * w).sum()          # noqa: E731
+    f_np = lambda x: (np.cumprod(x, axis=axis) * w).sum()        # noqa: E731
+    want = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = 1e-6
+        want[idx] = (f_np(x + e) - f_np(x - e)) / 2e-6
+    np.testing.assert_allclose(rj.grad(f)(x), want, rtol=1e-6, atol=1e-8)
+    _, tangent = rj.jit(lambda x, t: rj.jvp(f, (x,), (t,)))(x, t)
+    np.testing.assert_allclose(tangent, (f_np(x + 1e-6 * t) - f_np(x - 1e-6 * t)) / 2e-6, rtol=1e-6, atol=1e-8)

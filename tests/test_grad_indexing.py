@@ -120,3 +120,43 @@ def test_scatter_without_a_rule_says_so():
     x = np.linspace(0.1, 1.0, 5)
     with pytest.raises(NotImplementedError, match="mode='mul'"):
         rj.grad(lambda x: np.sum(x.at[np.array([1, 2])].multiply(x[:2])))(x)
+
+
+@given(n=SIZES, m=SIZES, k=SIZES, axis=st.sampled_from([0, 1, -1]), lead=st.sampled_from([1, 2]),
+       seed=st.integers(0, 999))
+@settings(max_examples=20, deadline=None)
+def test_take_along_axis_with_broadcasting_duplicates_and_negative_indices(n, m, k, axis, lead, seed):
+    """The operand's leading axis is 1 where the indices' is ``lead`` (broadcast: its
+    cotangent is summed); indices repeat and count from the end."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, n, m))
+    ax = axis % 2 + 1
+    d = x.shape[ax]
+    ishape = (lead, k, m) if ax == 1 else (lead, n, k)
+    idx = rng.integers(-d, d, ishape)
+    w = rng.standard_normal(ishape)
+    f = lambda x: np.sum(np.cos(np.take_along_axis(x, idx, axis=ax)) * w)
+    check(f, f, (x,))
+
+
+def test_sorting_by_argsort_differentiates_through_the_gather():
+    x = np.array([3.0, -1.0, 2.5, 0.5, -4.0])
+    w = np.arange(1.0, 6.0)
+    g = rj.grad(lambda x: np.sum(np.take_along_axis(x, np.argsort(x), axis=0) * w))(x)
+    np.testing.assert_allclose(g, w[np.argsort(np.argsort(x))])     # each element's rank's weight
+
+
+@given(shape=st.sampled_from([(1,), (7,), (3, 4), (2, 5, 3), (11, 2)]), depth=st.sampled_from([1, 2]),
+       seed=st.integers(0, 999))
+@settings(max_examples=20, deadline=None)
+def test_boolean_mask(shape, depth, seed):
+    """``x[mask]``: the selected elements take their cotangents, the others zero (a mask
+    over the leading ``depth`` axes; the count is known only at run time)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    mask = rng.random(shape[:depth]) < 0.5
+
+    def f(x):
+        y = x[mask]
+        return np.sum(np.sin(y) * y)
+    check(f, f, (x,))

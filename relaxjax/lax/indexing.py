@@ -13,7 +13,7 @@ from . import ad_util as au
 from . import batching
 from .complex_parts import by_parts, packable
 from ..errors import ShapeError
-from ..shapes import as_dim, dim_str
+from ..shapes import as_dim, dim_str, prod
 from .util import broadcast_shapes
 
 
@@ -299,6 +299,44 @@ def _take_vjp(ct, x, idx, *, out, axis):
     return scatter.bind(au.zeros_like(x), idx, ct, axis=axis, mode="add", oob="error"), None
 
 
+def _take_along_vjp(ct, x, idx, *, out, axis):
+    """Each element taken takes its cotangent back, added (an index taken twice takes
+    both): the axis moved last and every other axis merged into rows, so one flat scatter
+    of ``row * n + idx`` adds them, then the axes ``x`` was broadcast along are summed."""
+    shape, nd = tuple(out.type.shape), x.ndim
+    n = x.type.shape[axis]
+    perm = tuple(k for k in range(nd) if k != axis) + (axis,)
+    last = lambda t: au.bind("transpose", t, perm=perm) if axis != nd - 1 else t     # noqa: E731
+    j = last(au.bind("broadcast_to", idx, shape=shape))
+    nn = au.dim_scalar(n, j.dtype)
+    j = au.bind("select", au.bind("lt", j, au.const(j, 0)), au.bind("add", j, nn), j)
+    moved = tuple(j.type.shape)
+    count = prod(moved[:-1])
+    row = au.bind("reshape", au.bind("iota", shape=(count,), dimension=0, dtype=j.dtype),
+                  new_sizes=moved[:-1] + (1,))
+    flat_idx = au.bind("reshape", au.bind("add", au.bind("mul", row, nn), j), new_sizes=(count * moved[-1],))
+    flat_ct = au.bind("reshape", last(ct), new_sizes=(count * moved[-1],))
+    zeros = au.bind("broadcast_to", au.const(ct, 0), shape=(count * n,))
+    g = scatter.bind(zeros, flat_idx, flat_ct, axis=0, mode="add", oob="error")
+    g = au.bind("reshape", g, new_sizes=moved[:-1] + (n,))
+    if axis != nd - 1:
+        g = au.bind("transpose", g, perm=au.inverse_permutation(perm))
+    return au.unbroadcast(g, x), None
+
+
+def _boolean_mask_vjp(ct, x, mask, *, out, count):
+    """The selected elements take their cotangents back in place, the others none: the
+    mask's axes merged, the positions it selects (``nonzero``, of the same run-time count)
+    scattered into zeros."""
+    shape = tuple(x.type.shape)
+    k = mask.ndim
+    rows = prod(shape[:k])
+    pos = nonzero.bind(au.bind("reshape", mask, new_sizes=(rows,)), count=count)[0]
+    zeros = au.bind("broadcast_to", au.const(ct, 0), shape=(rows,) + shape[k:])
+    g = scatter.bind(zeros, pos, ct, axis=0, mode="add", oob="error")
+    return au.bind("reshape", g, new_sizes=shape), None
+
+
 def _dynamic_slice_vjp(ct, x, *starts, out, sizes):
     return (dynamic_update_slice_p.bind(au.zeros_like(x), ct, *starts),) + (None,) * len(starts)
 
@@ -338,6 +376,8 @@ def _scatter_vjp(ct, x, idx, updates, *, out, axis, mode, oob):
 
 
 take.vjp = _take_vjp
+take_along_axis.vjp = _take_along_vjp
+boolean_mask.vjp = _boolean_mask_vjp
 match_cast.vjp = lambda ct, x, *, out, shape: (match_cast.bind(ct, shape=tuple(x.type.shape)),)
 dynamic_slice_p.vjp = _dynamic_slice_vjp
 dynamic_update_slice_p.vjp = _dynamic_update_vjp
@@ -351,12 +391,17 @@ scatter.vjp = _scatter_vjp
 
 def _take_batch(args, batched, *, axis):
     """A batched array gathered by shared indices, or a shared array (a table) gathered by
-    batched indices; both batched: along the first axis, each example's indices gathered
-    from its own array (``take_along_axis``), else the per-example loop."""
+    batched indices; both batched: each example's indices gathered from its own array
+    (``take_along_axis``), the gathered axis moved next to the batch first."""
     x, idx = args
     if batched[0] and batched[1]:
-        if axis != 0:
-            return None
+        if axis != 0:           # the gathered axis moved next to the batch; the result back
+            xperm = (0, axis + 1) + tuple(k for k in range(1, x.ndim) if k != axis + 1)
+            out = _take_batch([au.bind("transpose", x, perm=xperm), idx], batched, axis=0)
+            r = idx.ndim - 1
+            perm = (0,) + tuple(range(1 + r, 1 + r + axis)) + tuple(range(1, 1 + r)) + \
+                tuple(range(1 + r + axis, out.ndim))
+            return au.bind("transpose", out, perm=perm)
         size, per = x.type.shape[0], tuple(idx.type.shape[1:])
         flat = au.bind("reshape", idx, new_sizes=(size, _count(per)) + (1,) * (x.ndim - 2))
         out = take_along_axis.bind(x, flat, axis=1)
@@ -456,15 +501,22 @@ def _update_slice_batch(args, batched, *, start, size, step):
 def _scatter_batch(args, batched, *, axis, mode, oob):
     """Shared indices: a scatter along the next axis.  Indices per example into axis 0:
     the examples' axes laid end to end (each example's indices offset by its start), one
-    scatter, reshaped back; into another axis, the per-example loop."""
+    scatter, reshaped back; into another axis, the same with that axis moved next to the
+    batch (and the updates' index axes with it) and moved back."""
     size = batching.batch_size(args, batched)
     x = batching.materialize(args[0], batched[0], size)
     upd = batching.materialize(args[2], batched[2], size)
     idx = args[1]
     if not batched[1]:
         return scatter.bind(x, idx, upd, axis=axis + 1, mode=mode, oob=oob)
-    if axis != 0:
-        return None
+    if axis != 0:               # the scattered axis moved next to the batch, and back
+        r = idx.ndim - 1
+        xperm = (0, axis + 1) + tuple(k for k in range(1, x.ndim) if k != axis + 1)
+        block = tuple(range(1 + axis, 1 + axis + r))
+        uperm = (0,) + block + tuple(k for k in range(1, upd.ndim) if k not in block)
+        out = _scatter_batch([au.bind("transpose", x, perm=xperm), idx, au.bind("transpose", upd, perm=uperm)],
+                             [True, True, True], axis=0, mode=mode, oob=oob)
+        return au.bind("transpose", out, perm=au.inverse_permutation(xperm))
     n = x.type.shape[1]
     j = au.bind("convert", idx, dtype=_I64, weak=False)
     d = au.dim_scalar(n, _I64)

@@ -7,6 +7,7 @@ from ..core import Primitive, Tracer
 from . import ad_util as au
 from . import batching
 from .complex_parts import by_parts, packable
+from .control_flow import scan
 from ..errors import ShapeError
 from ..shapes import dim_str, prod
 
@@ -144,6 +145,32 @@ def _prod_vjp(ct, x, *, out, axes):
     return (g,)
 
 
+def _cumprod_vjp(ct, x, *, out, axis):
+    """Element j feeds every product i >= j as ``E_j * prod(x[j+1..i])``, with ``E`` the
+    exclusive running product: its cotangent is ``E_j * R_j``, where ``R_j = g_j + x_{j+1}
+    R_{j+1}`` runs from the end.  That recurrence is a reverse ``scan`` along the axis (no
+    division, so zeros in ``x`` are exact)."""
+    shape = tuple(x.type.shape)
+    nd = len(shape)
+    perm = (axis,) + tuple(k for k in range(nd) if k != axis)
+    moved = (lambda t: au.bind("transpose", t, perm=perm)) if axis != 0 else (lambda t: t)
+    xs, gs = moved(x), moved(ct)
+    # x_{j+1} beside g_j (the last gets 0: nothing follows it)
+    nxt = au.bind("pad", xs, au.const(xs, 0), low=(0,) * nd, high=(1,) + (0,) * (nd - 1))
+    nxt = au.bind("slice", nxt, start=(1,) + (0,) * (nd - 1), size=tuple(xs.type.shape), step=(1,) * nd)
+
+    def step(r, gx):
+        g, xn = gx
+        r = au.bind("add", g, au.bind("mul", xn, r))
+        return r, r
+    _, rs = scan(step, au.bind("broadcast_to", au.const(xs, 0), shape=tuple(xs.type.shape)[1:]), (gs, nxt),
+                 reverse=True)
+    excl = au.bind("pad", cumprod.bind(xs, axis=0), au.const(xs, 1), low=(1,) + (0,) * (nd - 1), high=(0,) * nd)
+    excl = au.bind("slice", excl, start=(0,) * nd, size=tuple(xs.type.shape), step=(1,) * nd)
+    g = au.bind("mul", excl, rs)
+    return (au.bind("transpose", g, perm=au.inverse_permutation(perm)) if axis != 0 else g,)
+
+
 def _running_extremum_vjp(running):
     """cummax/cummin: output i is the element where the running extremum was last reached
     (a *record*: ``x[j] == out[j]``; a tie goes to the later element), so a record takes
@@ -174,6 +201,7 @@ reduce_sum.vjp = _sum_vjp
 reduce_max.vjp = reduce_min.vjp = _extremum_vjp
 reduce_prod.vjp = _prod_vjp
 cumsum.vjp = _cumsum_vjp
+cumprod.vjp = _cumprod_vjp
 cummax.vjp = _running_extremum_vjp(cummax)
 cummin.vjp = _running_extremum_vjp(cummin)
 
