@@ -111,8 +111,10 @@ def native_address(f: Any) -> int | None:
 class LibraryImpl:
     """One registered library function (see :func:`register_library`)."""
 
-    def __init__(self, name, cpu, cuda, numpy, num_inputs, num_outputs, out_dtypes, error, version):
+    def __init__(self, name, cpu, cuda, numpy, num_inputs, num_outputs, out_dtypes, error, version,
+                 stacked=False):
         self.name = name
+        self.stacked = stacked
         self._cpu, self._cuda, self._numpy = cpu, cuda, numpy
         self.num_inputs, self.num_outputs, self.out_dtypes = num_inputs, num_outputs, out_dtypes
         self.error = error
@@ -214,7 +216,7 @@ _LOCK = threading.Lock()
 def register_library(name: str, *, cpu: Any = None, cuda: Any = None, numpy: Any = None,
                      num_inputs: int | None = None, num_outputs: int | None = None,
                      out_dtypes: Sequence | Callable | None = None,
-                     error: Callable[[int], BaseException] | None = None) -> None:
+                     error: Callable[[int], BaseException] | None = None, stacked: bool = False) -> None:
     """Register (or replace) the implementations of library function ``name``.
 
     ``cpu``: a native function (int address, ctypes function pointer, cffi function) with the
@@ -225,6 +227,9 @@ def register_library(name: str, *, cpu: Any = None, cuda: Any = None, numpy: Any
     Any of them may be a :class:`lazy` reference.  ``num_inputs``/``num_outputs``/
     ``out_dtypes`` (dtypes, or a function of the input dtypes giving them) check calls at
     trace time; ``error(status)`` turns a nonzero status into the exception to raise.
+    ``stacked``: the function maps over leading axes its inputs and outputs share (a stack of
+    matrices, as ``numpy.linalg`` takes), so ``vmap`` calls it once with the batch axis in
+    front instead of once per example.
 
     Registering a name again replaces it for what is traced or compiled afterwards.  A
     function already compiled by the llvm backend keeps calling the *native* ``cpu``
@@ -257,7 +262,7 @@ def register_library(name: str, *, cpu: Any = None, cuda: Any = None, numpy: Any
             _RETIRED.append(old)
         version = _VERSIONS[name] = _VERSIONS.get(name, 0) + 1
         _REGISTRY[name] = LibraryImpl(name, cpu, cuda, numpy, num_inputs, num_outputs, out_dtypes,
-                                      error, version)
+                                      error, version, stacked)
 
 
 def lookup(name: str) -> LibraryImpl:

@@ -101,7 +101,8 @@ def test_rules_leave_no_loop():
     assert "scan" not in text and "matmul" in text
 
 
-# run once per example in a loop (no batching rule): gathers, updates, loops, library calls
+# cases that ran once per example in a loop before their batching rules (gathers, updates,
+# loops, linalg calls): still checked against the loop of NumPy
 def _newton_sqrt(xp):
     def f(a):
         def body(c):
@@ -241,3 +242,33 @@ def test_jacobians_compile_once_for_every_size():
             want = np.diag(np.cos(x) * x.sum()) + np.sin(x)[:, None]
             np.testing.assert_allclose(jitted(x), want, rtol=1e-12, atol=1e-12)
         assert jitted.cache_info().compiles == 1, jac.__name__
+
+
+@given(b=st.sampled_from([1, 2, 5]), n=st.sampled_from([1, 2, 3, 7]), seed=st.integers(0, 999))
+@settings(max_examples=12, deadline=None)
+def test_linalg_calls_are_one_call_on_the_batch_stack(b, n, seed):
+    """linalg's library functions map over stacks of matrices, so vmap calls each once on
+    the batch's stack (no per-example loop), batched operand or shared one alike."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((b, n, n)) + n * np.eye(n)
+    rhs = rng.standard_normal((b, n, 2))
+
+    def one(a, r):
+        q, upper = rnp.linalg.qr(a)
+        return (rnp.linalg.solve(a, r), rnp.linalg.det(a), rnp.linalg.eigvalsh(a + a.T),
+                rnp.linalg.svd(a, compute_uv=False), q @ upper, rnp.linalg.inv(a))
+
+    def one_np(a, r):
+        q, upper = np.linalg.qr(a)
+        return (np.linalg.solve(a, r), np.linalg.det(a), np.linalg.eigvalsh(a + a.T),
+                np.linalg.svd(a, compute_uv=False), q @ upper, np.linalg.inv(a))
+
+    for axes, args in (((0, 0), (a, rhs)), ((None, 0), (a[0], rhs))):
+        f = rj.jit(rj.vmap(one, in_axes=axes))
+        got = f(*args)
+        for k in range(b):
+            want = one_np(*[x if ax is None else x[k] for x, ax in zip(args, axes)])
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g[k], w, rtol=1e-9, atol=1e-9)
+        text = f.lower(*args).as_text("optimized")
+        assert "scan" not in text and text.count('call_library("linalg.solve"') == 1, text

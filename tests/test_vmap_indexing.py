@@ -85,11 +85,37 @@ CASES = {
         lambda x, i, v: _np_scatter(x, i, v, add=True),
         lambda rng, b: (rng.standard_normal((b, 6)), np.array([1, 1, -1]), rng.standard_normal((b, 3))),
         (0, None, 0)),
+    "scatter add along axis 1, indices per example": (
+        lambda x, i, v: x.at[:, i].add(v),
+        lambda x, i, v: _np_at_axis1(x, i, v, np.add),
+        lambda rng, b: (rng.standard_normal((b, 3, 5, 2)), rng.integers(-5, 5, (b, 4)),
+                        rng.standard_normal((b, 3, 4, 2))), (0, 0, 0)),
+    "scatter max along axis 2, one index per example": (
+        lambda x, i, v: x.at[:, :, i].max(v),
+        lambda x, i, v: _np_at_axis2(x, i, v),
+        lambda rng, b: (rng.standard_normal((b, 2, 3, 5)), rng.integers(-5, 5, b),
+                        rng.standard_normal((b, 2, 3))), (0, 0, 0)),
+    "gather along axis 1, indices per example": (
+        lambda x, i: x[:, i] * 2.0,
+        lambda x, i: x[:, i] * 2.0,
+        lambda rng, b: (rng.standard_normal((b, 3, 7, 2)), rng.integers(-7, 7, (b, 2, 3))), (0, 0)),
     "gather, indices per example": (
         lambda x, i: x[i] * 2.0,
         lambda x, i: x[i] * 2.0,
         lambda rng, b: (rng.standard_normal((b, 7, 3)), rng.integers(-7, 7, (b, 2, 2))), (0, 0)),
 }
+
+
+def _np_at_axis1(x, i, v, ufunc):
+    o = x.copy()
+    ufunc.at(o, (slice(None), i), v)
+    return o
+
+
+def _np_at_axis2(x, i, v):
+    o = x.copy()
+    o[:, :, i] = np.maximum(o[:, :, i], v)
+    return o
 
 
 def _set(x, index, v):

@@ -1,8 +1,9 @@
 """Batching (``vmap``) of a binding, and the batching rules of the control-flow primitives.
 
 :func:`batch_binding` is the one step ``vmap`` repeats: a binding emitted again for the whole
-batch, by its primitive's rule (``Primitive.batch``, ``lax.batching``) or, without one, once per
-example in a ``lax.map`` loop.  The loops and ``cond`` have rules here, as JAX's do: a region
+batch, by its primitive's rule (``Primitive.batch``, ``lax.batching``), a library function
+that maps over stacks (``linalg``'s) called once on the batch's stack, or, without either,
+once per example in a ``lax.map`` loop.  The loops and ``cond`` have rules here, as JAX's do: a region
 (a body, a condition, a branch) is called again with its bindings batched
 (:func:`batched_region`), so the loop runs once for the batch:
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import Tracer, current_trace
-from ..ir import Binding, IRModule, Var
+from ..ir import Binding, IRModule, TensorType, Var
+from ..library import lookup
 from . import control_flow as cf
 from .batching import batch_size, materialize
 from .util import bind
@@ -46,7 +48,20 @@ def batch_binding(b: Binding, operands: list, flags: list) -> list:
         got = rule(operands, flags, **b.params) if rule is not None else None
         if got is not None:
             return list(got) if prim.multiple_results else [got]
+    elif b.kind == "library" and lookup(b.callee.name).stacked:
+        return _stacked_call(b, operands, flags)
     return _per_example(b, operands, flags)
+
+
+def _stacked_call(b: Binding, operands: list, flags: list) -> list:
+    """A library function that maps over leading axes (``register_library(stacked=True)``)
+    called once, the batch one more leading axis of every operand and result."""
+    size = batch_size(operands, flags)
+    ctx = current_trace()
+    args = [materialize(x, f, size) for x, f in zip(operands, flags)]
+    outvars = [Var(TensorType((size,) + tuple(v.type.shape), v.type.dtype)) for v in b.outvars]
+    ctx.bindings.append(Binding(outvars, b.callee, [ctx.atom(a) for a in args], b.params, b.source))
+    return [Tracer(ctx, v) for v in outvars]
 
 
 def _per_example(b: Binding, operands: list, flags: list) -> list:

@@ -59,7 +59,7 @@ for _name, _impl, _nout in (("eigh", _np_eigh, 2), ("eigvalsh", _np_eigvalsh, 1)
                             ("svd_reduced", _np_svd_reduced, 3), ("svdvals", _np_svdvals, 1)):
     register_library(f"linalg.{_name}", cpu=_impl, numpy=_impl,
                      cuda=lazy(f"relaxjax.backends.cuda.library:{_name}"),
-                     num_inputs=1, num_outputs=_nout, out_dtypes=[_F64] * _nout)
+                     num_inputs=1, num_outputs=_nout, out_dtypes=[_F64] * _nout, stacked=True)
 del _name, _impl, _nout
 
 

@@ -101,7 +101,7 @@ for _name, _impl, _nin, _nout, _msg in (
     register_library(f"linalg.{_name}", cpu=lazy(f"relaxjax.backends.llvm.lapack:{_name}"),
                      numpy=_impl, cuda=lazy(f"relaxjax.backends.cuda.library:{_name}"),
                      num_inputs=_nin, num_outputs=_nout, out_dtypes=[_F64] * _nout,
-                     error=_error(_msg or "LAPACK failed"))
+                     error=_error(_msg or "LAPACK failed"), stacked=True)
 del _name, _impl, _nin, _nout, _msg
 
 
