@@ -1,6 +1,7 @@
 """Differential fuzzing (relaxjax.testing.fuzz): random numpy-API programs over random symbolic
-signatures agree with NumPy on every backend, in both jit modes; the fuzzer itself finds and
-shrinks a wrong backend; and regressions for bugs it found."""
+signatures agree with NumPy on every backend, in both jit modes, and their gradients agree
+across backends; the fuzzer itself finds and shrinks a wrong backend; and regressions for
+bugs it found."""
 from __future__ import annotations
 
 import os
@@ -26,6 +27,14 @@ def test_random_programs_agree_with_numpy_on_every_backend():
     count = [0]
     fuzz.fuzz(PROGRAMS, on_program=lambda p: count.__setitem__(0, count[0] + 1))
     assert count[0] == PROGRAMS
+
+
+def test_gradients_of_random_programs_agree_across_backends():
+    """Each backend's gradient of a random float program equals the reference interpreter's
+    (the derivative is one program for all of them: this checks its lowering)."""
+    count = [0]
+    fuzz.fuzz_gradients(PROGRAMS // 2, on_program=lambda p: count.__setitem__(0, count[0] + 1))
+    assert count[0] == PROGRAMS // 2
 
 
 FEATURE_CASES = int(os.environ.get("RELAXJAX_FUZZ_FEATURE_CASES", "60"))
@@ -114,6 +123,12 @@ def test_fuzzer_finds_and_shrinks_a_wrong_backend(tmp_path, monkeypatch):
     # and passes on a correct backend
     path.write_text(fuzz.reproducer(f).replace("backend='reversing'", "backend='numpy'"))
     runpy.run_path(str(path), run_name="__main__")
+
+
+def test_gradient_fuzzer_finds_a_wrong_backend(monkeypatch):
+    monkeypatch.setitem(_BACKENDS, "reversing", _ReversingExecutable)
+    with pytest.raises(fuzz.Failure, match="gradient on the reversing backend differs"):
+        fuzz.fuzz_gradients(50, backends=["reversing"], seed=1)
 
 
 # ----- regressions for bugs the fuzzer found ------------------------------------------------------

@@ -16,15 +16,18 @@ min, var, argmax, any; axis, tuples, keepdims), reshapes provable from the symbo
 steps, symbolic stops), transposes, matmul, concatenate/stack, flip, casts.  Magnitudes are
 tracked, and a value that could grow past 1e4 is squashed by ``tanh``.
 
+Gradients: :func:`fuzz_gradients` differentiates float programs and compares each backend's
+gradient with the numpy backend's (lowering bugs in the programs derivatives make).
+
 Long campaigns: ``python -m relaxjax.testing.fuzz --programs 10000 [--seed S] [--out DIR]``.
 """
 from .program import DIM_NAMES, LIMIT, Op, Program  # noqa: F401
 from .generate import programs  # noqa: F401
-from .check import Failure, check_program, low_precision, targets, tolerance_for  # noqa: F401
+from .check import Failure, check_gradient, check_program, low_precision, targets, tolerance_for  # noqa: F401
 from .minimize import minimize, reproducer  # noqa: F401
-from .campaign import campaign, fuzz  # noqa: F401
+from .campaign import campaign, fuzz, fuzz_gradients  # noqa: F401
 
 
 __all__ = ["DIM_NAMES", "LIMIT", "Op", "Program", "programs", "Failure", "check_program",
            "low_precision", "targets", "tolerance_for", "minimize", "reproducer", "campaign",
-           "fuzz"]
+           "fuzz", "check_gradient", "fuzz_gradients"]

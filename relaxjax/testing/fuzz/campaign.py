@@ -11,7 +11,7 @@ import traceback
 from hypothesis import strategies as st
 
 from .._core import arrays_for
-from .check import Failure, check_program, difference_kind, search
+from .check import Failure, check_gradient, check_program, difference_kind, search
 from .generate import programs
 from .features import FeatureCase, fuzz_features
 from .minimize import minimize, reproducer
@@ -40,6 +40,23 @@ def fuzz(n_programs: int, *, seed: int | None = None, backends=None, modes=("exp
             f = minimize(f, minimize_s)
             raise f from f.__cause__
         raise
+
+
+def fuzz_gradients(n_programs: int, *, seed: int | None = None, backends=None, max_ops: int = 12,
+                   input_sets: int = 2, on_program=None) -> None:
+    """One hypothesis search over ``n_programs`` float programs whose gradients are compared
+    across backends (:func:`check_gradient`); raises the :class:`Failure` of the first
+    failing program, shrunk."""
+    @st.composite
+    def case(draw):
+        prog = draw(programs(min_ops=1, max_ops=max_ops, float_only=True))
+        sig = prog.signature()
+        sets = [draw(arrays_for(sig, min_side=1, max_side=prog.max_side, with_dims=True))
+                for _ in range(input_sets)]
+        return prog, sets
+
+    search(case(), lambda c: check_gradient(c[0], c[1], backends), n_programs, seed=seed, shrink=True,
+           on_draw=None if on_program is None else lambda c: on_program(c[0]))
 
 
 def _signature_of(f: Failure) -> str:

@@ -85,6 +85,43 @@ def check_program(prog: Program, input_sets: list, backends=None, modes=("explic
                 raise Failure(msg, prog, arrays, dims, backend, mode) from e
 
 
+def check_gradient(prog: Program, input_sets: list, backends=None) -> None:
+    """The gradient of ``sum(cos(out))`` over the program's float results with respect to its
+    float inputs, jitted on each backend, against the numpy backend's (the reference
+    interpreter, running the same derivative program): what it finds are lowering bugs in
+    the programs derivatives make.  A program whose derivative the reference cannot take
+    (an op without a rule) is skipped; raise :class:`Failure` at the first difference."""
+    import relaxjax as rj
+    import relaxjax.numpy as rnp
+    fn = prog.compile()
+    wrt = tuple(k for k, (_, dt) in enumerate(prog.inputs) if np.dtype(dt).kind == "f")
+    if not wrt:
+        return
+
+    def loss(*xs):
+        outs = fn(rnp, *xs)
+        terms = [rnp.sum(rnp.cos(o)) for o in outs if np.dtype(o.dtype).kind == "f"]
+        return sum(terms[1:], terms[0]) if terms else rnp.sum(rnp.cos(xs[wrt[0]])) * 0.0
+    others = [b for b in (available_backends() if backends is None else backends) if b != "numpy"]
+    grads = {b: rj.jit(rj.grad(loss, argnums=wrt), backend=b) for b in ["numpy"] + others}
+    for arrays, dims in input_sets:
+        try:
+            with np.errstate(all="ignore"):
+                want = grads["numpy"](*arrays)
+        except (NotImplementedError, TypeError):
+            return
+        for backend in others:
+            try:
+                with np.errstate(all="ignore"):
+                    got = grads[backend](*arrays)
+                _compare(got, want, prog)
+            except Exception as e:
+                kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
+                msg = (f"the gradient on the {backend} backend {kind} from the numpy backend's: {e}\n"
+                       f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
+                raise Failure(msg, prog, arrays, dims, backend, "auto") from e
+
+
 def search(strategy, check, n: int, *, seed=None, database=None, shrink: bool = False,
            on_draw=None) -> None:
     """One hypothesis search: ``check(drawn)`` on ``n`` draws of ``strategy``; raises the
