@@ -10,9 +10,8 @@ like any others: one compile serves every batch of every lengths.
 What runs on the packed values needs no padding at all:
 
 - elementwise functions (``relaxjax.numpy``'s ufuncs and the operators), with dense operands
-  broadcast over the inner dims: on ``values`` (ragged operands hold the same sequences:
-  checked outside ``jit``; inside, the batch and the packed rows must agree and the first
-  operand's offsets are used);
+  broadcast over the inner dims: on ``values`` (ragged operands must hold the same
+  sequences: their offsets are compared, inside ``jit`` when the function runs);
 - ``r @ W`` (a projection): one matrix product over all the packed tokens;
 - reductions over inner axes, and ``softmax``/``layer_norm`` over the last one;
 - reductions over the ragged axis (``sum``, ``mean``, ``max`` with ``axis=1``) and
@@ -38,6 +37,7 @@ import optree
 from . import nn
 from . import numpy as rnp
 from .core import Tracer, current_trace
+from .lax import check_equal
 from .shapes import SymbolicDim
 
 __all__ = ["RaggedArray", "from_lengths", "from_offsets", "from_list", "from_padded", "softmax",
@@ -223,15 +223,17 @@ optree.register_pytree_node(RaggedArray, lambda r: ((r.values, r.offsets), None,
 
 
 def _same_sequences(a: RaggedArray, b: RaggedArray) -> None:
-    """Two ragged operands of one op hold the same sequences: equal offsets, checked outside
-    ``jit``; inside it, offsets are values, and the first operand's are used for both once
-    the batch and the packed rows agree (proved, or guarded as any shape is)."""
+    """Two ragged operands of one op hold the same sequences: equal offsets.  Inside ``jit``
+    the batch and the packed rows must agree (proved, or guarded as any shape is), the
+    offsets are compared when the function runs (``check_equal``, unless they are one
+    value), and the first operand's are used for both."""
     if a.offsets is b.offsets:
         return
     if _traced(a.offsets, b.offsets):
         env = current_trace().env
         env.require_eq(_dim0(a.offsets), _dim0(b.offsets), "ragged operands: batch sizes")
         env.require_eq(_dim0(a.values), _dim0(b.values), "ragged operands: packed rows")
+        check_equal.bind(a.offsets, b.offsets, what="ragged: the offsets of two operands")
         return
     if not np.array_equal(np.asarray(a.offsets), np.asarray(b.offsets)):
         raise ValueError(f"ragged: elementwise operands have different lengths "

@@ -112,6 +112,11 @@ def test_bad_ragged_input_says_what_is_wrong():
     a, b = ragged.from_lengths(v, [2, 3]), ragged.from_lengths(v, [3, 2])
     with pytest.raises(ValueError, match="different lengths"):
         a + b
+    for backend in BACKENDS:        # inside jit: the offsets compared when the function runs
+        add = rj.jit(lambda a, b: (a + b).values, backend=backend)
+        np.testing.assert_array_equal(add(a, a), 2 * v)
+        with pytest.raises(ValueError, match=r"offsets of two operands differ: \[0, 2, 5\] and \[0, 3, 5\]"):
+            add(a, b)
     with pytest.raises(ValueError, match="needs max_len="):
         rj.jit(lambda r: r.to_padded())(a)
     with pytest.raises(ValueError, match="does not broadcast over the inner dims"):

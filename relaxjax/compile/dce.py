@@ -7,7 +7,7 @@ import sympy
 from ..ir import Binding, Function, IRModule, Literal, Var
 from .passes import Pass
 
-EFFECTFUL = {"match_cast", "check_int_power"}   # run-time assertions stay even when their result is unused
+EFFECTFUL = {"match_cast", "check_int_power", "check_equal"}   # run-time assertions stay even when their result is unused
 
 
 def _symbols_in(x) -> set:

@@ -28,7 +28,7 @@ from ..shapes import is_symbolic, same_dim
 from ..tir import INDEX, BOOL, Assign, Const, Expr, For, Local, Seq, Store, from_sympy, op
 from ..op_table import registrar
 
-HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask", "iota_count", "check_int_power",
+HOST_OPS = {"reshape", "match_cast", "nonzero", "boolean_mask", "iota_count", "check_int_power", "check_equal",
             # structured control flow: the runtimes drive the iterations and run the regions
             "fori_loop", "while_loop", "scan", "cond"}
 # float matmul is a library call (the LLVM backend calls CBLAS, CUDA cuBLAS)

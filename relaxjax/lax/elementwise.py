@@ -130,6 +130,23 @@ def _check_int_power(y):
 check_int_power = Primitive("check_int_power", shape_rule=_unary_shape,
                             dtype_rule=lambda y, **p: y.dtype, impl=_check_int_power,
                             kind="data_dependent", weak_rule=lambda y, **p: y.weak)
+
+
+def _check_equal(x, y, *, what):
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape or not np.array_equal(x, y):
+        def show(a):
+            t = np.array2string(a.ravel()[:12], separator=", ")
+            return t if a.size <= 12 else t[:-1] + ", ...]"
+        raise ValueError(f"{what} differ: {show(x)} and {show(y)}")
+    return x
+
+
+# A run-time check that two arrays hold the same data (``what`` names them in the error),
+# e.g. the offsets of two ragged operands: a host operation like check_int_power, kept
+# however its result is used
+check_equal = Primitive("check_equal", shape_rule=lambda env, x, y, **p: x.shape,
+                        dtype_rule=lambda x, y, **p: x.dtype, impl=_check_equal, kind="data_dependent")
 max = binary("max", np.maximum)                             # NaN-propagating, like np.maximum
 min = binary("min", np.minimum)
 atan2 = binary("atan2", np.arctan2)
