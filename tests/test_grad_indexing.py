@@ -116,10 +116,34 @@ def test_window_set():
     check(f, f_np, (x, v), (0, 1))
 
 
-def test_scatter_without_a_rule_says_so():
-    x = np.linspace(0.1, 1.0, 5)
-    with pytest.raises(NotImplementedError, match="mode='mul'"):
-        rj.grad(lambda x: np.sum(x.at[np.array([1, 2])].multiply(x[:2])))(x)
+@given(n=SIZES, data=st.data(), mode=st.sampled_from(["multiply", "min", "max"]),
+       oob=st.sampled_from(["drop", "clip"]), zeros=st.integers(0, 2), seed=st.integers(0, 999))
+@settings(max_examples=30, deadline=None)
+def test_multiplying_and_extremal_updates(n, data, mode, oob, zeros, seed):
+    """``.at[].multiply/.min/.max`` with repeated indices, indices out of range (dropped or
+    clamped) and, for ``multiply``, zero updates (the others' product taken without division
+    by them).  Values are distinct (no ties), where the derivative of min/max exists."""
+    idx = np.array(data.draw(st.lists(st.integers(-n - 2, n + 2), min_size=1, max_size=8)))
+    rng = np.random.default_rng(seed)
+    x = rng.permutation(n) * 0.37 - 1.0
+    u = rng.permutation(len(idx)) * 0.29 - 0.85          # never equal to an x (sizes <= 11)
+    if mode == "multiply":
+        u[rng.choice(u.size, min(zeros, u.size), replace=False)] = 0.0
+    w = np.arange(1.0, n + 1)
+
+    def f(x, u):
+        return np.sum(getattr(x.at[idx], mode)(u, mode=oob) * w)
+
+    def f_np(x, u):
+        y = x.copy()
+        for j, v in zip(idx, u):
+            if oob == "clip":
+                j = min(max(j + n if j < 0 else j, 0), n - 1)
+            elif not -n <= j < n:
+                continue
+            y[j] = y[j] * v if mode == "multiply" else min(y[j], v) if mode == "min" else max(y[j], v)
+        return np.sum(y * w)
+    check(f, f_np, (x, u), (0, 1))
 
 
 @given(n=SIZES, m=SIZES, k=SIZES, axis=st.sampled_from([0, 1, -1]), lead=st.sampled_from([1, 2]),

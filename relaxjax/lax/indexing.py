@@ -355,24 +355,58 @@ def _update_slice_vjp(ct, x, update, *, out, start, size, step):
 def _scatter_vjp(ct, x, idx, updates, *, out, axis, mode, oob):
     """``add``: the cotangent passes to ``x`` whole and is gathered for the updates;
     ``set``: ``x``'s written positions take none, the updates theirs (an index written
-    twice gives each write the cotangent, as JAX's rule does).  The update of an index out
-    of range (dropped, ``oob="drop"``) takes none; clipped indices and the other modes have
-    no rule yet."""
-    if mode not in ("add", "set") or oob == "clip":
-        raise NotImplementedError(f"grad of a scatter with mode={mode!r}, oob={oob!r} is not "
-                                  f"implemented yet (add and set, with indices in range or dropped, are)")
-    if oob == "drop":             # the dropped updates' cotangents are zeros
-        d = au.dim_scalar(x.type.shape[axis], idx.dtype)
-        inside = au.bind("and", au.bind("ge", idx, au.bind("neg", d)), au.bind("lt", idx, d))
-        taken = take.bind(ct, au.bind("select", inside, idx, au.const(idx, 0)), axis=axis)
-        mask = au.bind("reshape", inside, new_sizes=(1,) * axis + tuple(idx.type.shape) +
-                       (1,) * (x.ndim - axis - 1))
-        taken = au.bind("select", mask, taken, au.const(taken, 0))
-    else:
-        taken = take.bind(ct, idx, axis=axis)
+    twice gives each write the cotangent, as JAX's rule does); ``mul``: ``x``'s is scaled
+    by the product of the updates at its position, an update's by ``x`` and the other
+    updates there (zeros among them counted apart: no division by zero); ``min``/``max``:
+    shared equally among ``x`` and the updates that attain the result (JAX's rule for
+    ties, as for reductions).  Clipped indices are clamped first; the update of an index
+    out of range (dropped, ``oob="drop"``) takes none."""
+    d = au.dim_scalar(x.type.shape[axis], idx.dtype)
+    if oob == "clip":           # clamped once, the indices are all in range
+        j = au.bind("select", au.bind("lt", idx, au.const(idx, 0)), au.bind("add", idx, d), idx)
+        idx = au.bind("max", au.bind("min", j, au.bind("sub", d, au.const(j, 1))), au.const(j, 0))
+        oob = "error"
+    inside = au.bind("and", au.bind("ge", idx, au.bind("neg", d)), au.bind("lt", idx, d)) \
+        if oob == "drop" else None
+    mask = None if inside is None else au.bind(
+        "reshape", inside, new_sizes=(1,) * axis + tuple(idx.type.shape) + (1,) * (x.ndim - axis - 1))
+
+    def gather(v):              # v at each update's position (zero for a dropped update)
+        if inside is None:
+            return take.bind(v, idx, axis=axis)
+        got = take.bind(v, au.bind("select", inside, idx, au.const(idx, 0)), axis=axis)
+        return au.bind("select", mask, got, au.const(got, 0))
+
+    def spread(v):              # updates-shaped v added up at their positions
+        return scatter.bind(au.zeros_like(x), idx, v, axis=axis, mode="add", oob=oob)
     if mode == "add":
-        return ct, None, taken
-    return scatter.bind(ct, idx, au.zeros_like(updates), axis=axis, mode="set", oob=oob), None, taken
+        return ct, None, gather(ct)
+    if mode == "set":
+        return scatter.bind(ct, idx, au.zeros_like(updates), axis=axis, mode="set", oob=oob), None, gather(ct)
+    if mode == "mul":
+        zero = au.bind("eq", updates, au.const(updates, 0))
+        f = lambda t: au.bind("convert", t, dtype=updates.dtype, weak=False)     # noqa: E731
+        nonzero = scatter.bind(au.bind("broadcast_to", au.const(x, 1), shape=tuple(x.type.shape)), idx,
+                               au.bind("select", zero, au.const(updates, 1), updates), axis=axis,
+                               mode="mul", oob=oob)
+        zeros = gather(spread(f(zero)))                  # zeros among the updates at each position
+        nz = gather(nonzero)
+        others = au.bind("select", zero, au.bind("select", au.bind("eq", zeros, au.const(zeros, 1)), nz,
+                                                   au.const(nz, 0)),
+                         au.bind("select", au.bind("eq", zeros, au.const(zeros, 0)),
+                                 au.bind("div", nz, au.bind("select", zero, au.const(updates, 1), updates)),
+                                 au.const(nz, 0)))
+        gx = scatter.bind(ct, idx, updates, axis=axis, mode="mul", oob=oob)
+        return gx, None, au.bind("mul", gather(au.bind("mul", ct, x)), others)
+    if mode in ("min", "max"):
+        f = lambda t: au.bind("convert", t, dtype=x.dtype, weak=False)           # noqa: E731
+        x_hit = f(au.bind("eq", x, out))
+        u_hit = f(au.bind("eq", updates, gather(out)))
+        if mask is not None:
+            u_hit = au.bind("select", mask, u_hit, au.const(u_hit, 0))
+        share = au.bind("div", ct, au.bind("add", x_hit, spread(u_hit)))
+        return au.bind("mul", share, x_hit), None, au.bind("mul", gather(share), u_hit)
+    raise NotImplementedError(f"grad of a scatter with mode={mode!r} is not implemented")
 
 
 take.vjp = _take_vjp
