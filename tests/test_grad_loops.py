@@ -2,7 +2,7 @@
 the unrolled loop's central finite differences in float64, over hypothesis-drawn trip
 counts (0, 1, primes) and shapes, on every backend: carries, the values the body captures
 (a physics parameter), scanned ``xs`` and stacked ``ys``, ``reverse``, integer carries,
-symbolic trip counts compiled once; clear errors where there is no rule."""
+symbolic trip counts compiled once, traced bounds."""
 from __future__ import annotations
 
 import numpy as np
@@ -217,10 +217,30 @@ def test_cond_and_switch_take_the_branch_that_ran(n, shift, seed):
     check(f, f_np, (x, a), (0, 1))
 
 
-def test_what_control_flow_cannot_differentiate_says_so():
-    x = np.linspace(0.1, 0.9, 4)
-    with pytest.raises(NotImplementedError, match="traced values"):
-        rj.grad(lambda x, n: np.sum(fori_loop(0, n, lambda i, c: c * 2.0, x)))(x, np.int64(3))
+@given(lo=st.integers(-3, 6), trips=st.integers(-2, 9), n=WIDTH, seed=st.integers(0, 99),
+       itype=st.sampled_from(["int32", "int64"]))
+@settings(max_examples=15, deadline=None)
+def test_fori_loop_with_traced_bounds(lo, trips, n, seed, itype):
+    """Bounds that are values (JAX differentiates no such loop): the carries stacked along a
+    run-time length, as a while_loop's are; the index enters the body; an empty range
+    (upper <= lower) passes the cotangent through.  One compile for every trip count."""
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal(n), rng.uniform(0.5, 1.5, n)
+    hi = lo + trips
+
+    def f(x, w, lo, hi):
+        return np.sum(fori_loop(lo, hi, lambda i, c: np.sin(c) * w + i * 0.1, x))
+
+    def f_np(x, w, lo, hi):
+        c = x
+        for i in range(int(lo), int(hi)):
+            c = np.sin(c) * w + i * 0.1
+        return np.sum(c)
+    check(f, f_np, (x, w, np.dtype(itype).type(lo), np.dtype(itype).type(hi)), (0, 1))
+    g = rj.jit(rj.grad(f))
+    for t in (0, 3, 7):
+        g(x, w, np.dtype(itype).type(lo), np.dtype(itype).type(lo + t))
+    assert g.cache_info().compiles == 1
 
 
 @pytest.mark.parametrize("k", [0, 1, 5, 13, -2])

@@ -27,7 +27,7 @@ from ..ir import IRModule, Literal, TensorType
 from ..shapes import SymbolicDim, dim_str, is_symbolic
 from .complex_parts import packed
 from .ad_util import zeros_like
-from .elementwise import add, convert, ne
+from .elementwise import add, convert, max as _max, ne, sub
 from .indexing import iota_count
 
 CONTROL_FLOW = ("fori_loop", "while_loop", "scan", "cond")
@@ -304,19 +304,24 @@ def call_region(module: IRModule, args: Sequence) -> list:
 def _fori_vjp(cts, lower, upper, *rest, outs, pullback, body, n_carry):
     """fori_loop's reverse mode, storing every carry: the loop runs again as a scan that
     stacks the index and the carry each step starts from, then the steps' pullbacks run
-    backwards (``_carries_back``).  The trip count must be known from ints and dims (the
-    stacked carries' length); a traced one, as in JAX, is not differentiable (use ints or
-    ``x.shape[k]``)."""
-    if not all(isinstance(b.atom, Literal) for b in (lower, upper)):
-        raise NotImplementedError("grad of a fori_loop whose bounds are traced values is not "
-                                  "supported (its carries are stored per step, so the trip count "
-                                  "must come from ints or dims such as x.shape[0])")
-    lo, hi = lower.atom.value, upper.atom.value
-    length = hi - lo if is_symbolic(hi - lo) else max(int(hi - lo), 0)
+    backwards (``_carries_back``).  With traced bounds (which JAX does not differentiate)
+    the stacked carries' length is a run-time dim, as for a while_loop."""
     carry, captured = list(rest[:n_carry]), list(rest[n_carry:])
 
     def run(i, c, cap):
         return call_region(body, [i, *c, *cap])
+    if not all(isinstance(b.atom, Literal) for b in (lower, upper)):
+        # a trip count known at run time: the indices an array of that many (a run-time
+        # dim), scanned over as a while_loop's steps are
+        itype = body.main.params[0].type.dtype
+        lo, hi = (convert.bind(b, dtype=itype, weak=False) for b in (lower, upper))
+        trips = _max.bind(sub.bind(hi, lo), np.zeros((), itype))
+        index = add.bind(convert.bind(iota_count(trips), dtype=itype, weak=False), lo)
+        _, stacked = scan(lambda c, i: (tuple(run(i, c, captured)), c), tuple(carry), index)
+        g_c, g_cap = _carries_back(pullback, run, cts, outs, carry, captured, stacked, index)
+        return [None, None, *g_c, *g_cap]
+    lo, hi = lower.atom.value, upper.atom.value
+    length = hi - lo if is_symbolic(hi - lo) else max(int(hi - lo), 0)
 
     def step(state, _):
         i, c = state
