@@ -108,6 +108,7 @@ def _corpus() -> list:
         Program("nonzero", lambda x: rnp.nonzero(x > 0)[0] * 2, (S((n,), f32),)),
         Program("boolean_mask", lambda x: x[x > 0] + 1.0, (S((n,), f32),)),
         Program("match_cast", lambda x: rj.match_cast(x * 2.0, (n, m)) + 1.0, (S((n, m), f32),)),
+        Program("check_equal", lambda x: rj.lax.check_equal.bind(x, x * 1.0, what="x") + 1.0, (S((n, m), f32),)),
         Program("iota_count", lambda x, k: rj.lax.iota_count(k) * 2 + x[0].astype("int64"),
                 (S((1,), "int32"), S((), "int64")), 0, 9),
         Program("cumsum", lambda x: rnp.cumsum(x, axis=0) + rnp.cumsum(x, axis=1), (S((n, m), f32),),
