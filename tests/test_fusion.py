@@ -95,6 +95,22 @@ def test_softmax_is_one_row_wise_kernel_that_stores_exp_once():
     assert "vectorized for" in loops
 
 
+@pytest.mark.parametrize("shape", [("n", 1, 384), (1, "n", 384), ("n", 1, 1, 7)])
+def test_row_wise_groups_with_axes_of_extent_one_fuse(shape):
+    """A layer norm over rows kept with axes of size 1 (a decode step's (b, 1, d)): the
+    reduction is read at index 0 of those axes where it is broadcast, and at the loop
+    variable of their one-trip loop where it is stored -- the same element; one program,
+    right values on every backend."""
+    g = np.random.default_rng(0).standard_normal(shape[-1]).astype(np.float32)
+    f = lambda x: nn.layer_norm(x, g, g) * 2.0 + x                     # noqa: E731
+    assert calls(optimized(f, S(shape, F32)))["call_tir"] == 1
+    x = np.random.default_rng(1).standard_normal(tuple(5 if d == "n" else d for d in shape)).astype(np.float32)
+    m, v = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    want = ((x - m) / np.sqrt(v + 1e-5) * g + g) * 2.0 + x
+    for b in BACKENDS:
+        np.testing.assert_allclose(rj.jit(f, shapes=S(shape, F32), backend=b)(x), want, rtol=1e-4, atol=1e-4)
+
+
 def test_fusion_needs_proved_shape_equality():
     # exp(b) has 8 elements, the sum n*8: different loop nests, so not fused
     text = optimized(lambda x, b: x + rnp.exp(b), S(("n", 8), F32), S((8,), F32))

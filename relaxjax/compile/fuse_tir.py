@@ -140,7 +140,10 @@ class _Builder:
             return Load(self.buffer[v], tuple(idx))
         if v in self.locals:
             local, outer = self.locals[v]
-            if not _same_index(idx, outer):
+            # an axis of extent 1 has one index, whatever expression reads it (a literal 0
+            # where the value is broadcast, the loop variable of its one-trip loop)
+            wide = [k for k, d in enumerate(v.type.shape) if d != 1]
+            if not _same_index([idx[k] for k in wide], [outer[k] for k in wide]):
                 raise FusionError(f"a reduction result is read at [{', '.join(map(str, idx))}]")
             return local
         key = self._key(idx)
