@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -266,6 +267,9 @@ class Jitted:
         # after update_wrapper, which copies ``fun.__dict__`` (a wrapper of a custom_vjp
         # function carries that object's own ``fun``)
         self.fun = fun
+        # what a pickled copy carries to name this function (``__reduce__``), made on first
+        # pickling (set here, after update_wrapper: never a wrapped Jitted's)
+        self._pickle_token: str | None = None
         # a callable object or a functools.partial has no __name__: messages and the traced
         # function's name use its type's
         self.__name__ = getattr(fun, "__name__", None) or type(fun).__name__
@@ -332,13 +336,15 @@ class Jitted:
     def __reduce__(self):
         """Pickled as the function and its jit options (the compiled entries stay behind):
         a process that unpickles it (a Dask worker) compiles it again, or loads it from a
-        persistent cache it shares."""
+        persistent cache it shares.  The pickle also carries a token naming this Jitted, by
+        which a process unpickles every copy of it as one Jitted (``_rebuild``): a worker
+        handed the function with each task compiles it once, not once per task."""
         options = dict(shapes=self.shapes, static_argnums=self.static_argnums,
                        static_argnames=self.static_argnames,
                        donate_argnums=tuple(d for d in self.donated if isinstance(d, int)),
                        donate_argnames=tuple(d for d in self.donated if isinstance(d, str)),
                        backend=None if self._auto_backend else self.backend, pipeline=self.pipeline)
-        return (_rebuild, (self.fun, options))
+        return (_rebuild, (self.fun, options, pickle_token(self)))
 
     # -- public API -----------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
@@ -566,8 +572,44 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
                   pipeline=pipeline)
 
 
-def _rebuild(fun: Callable, options: dict) -> "Jitted":
-    return Jitted(fun, **options)
+# Jitteds unpickled in this process, by the token of the Jitted they are copies of, least
+# recently unpickled first: each task a Dask worker runs arrives with its own pickled copy of
+# the function, and all of them are this one Jitted, with its compiled entries.  Bounded:
+# past MAX_UNPICKLED the least recently unpickled one goes (and compiles again if it comes
+# back).
+MAX_UNPICKLED = 256
+_UNPICKLED: OrderedDict = OrderedDict()
+_UNPICKLED_LOCK = threading.Lock()
+
+
+def pickle_token(f: "Jitted") -> str:
+    """The token that ``f``'s pickles carry (made on first use): every copy unpickled in
+    one process is the same Jitted, found by ``unpickled(token)``."""
+    with _UNPICKLED_LOCK:             # (not f's lock, which a compile holds)
+        if f._pickle_token is None:
+            f._pickle_token = uuid.uuid4().hex
+        return f._pickle_token
+
+
+def unpickled(token: str) -> "Jitted | None":
+    """The Jitted this process unpickled under ``token`` (``pickle_token``), if any."""
+    with _UNPICKLED_LOCK:
+        return _UNPICKLED.get(token)
+
+
+def _rebuild(fun: Callable, options: dict, token: str | None = None) -> "Jitted":
+    if token is None:                       # a pickle without a token
+        return Jitted(fun, **options)
+    with _UNPICKLED_LOCK:
+        f = _UNPICKLED.get(token)
+        if f is None:
+            f = _UNPICKLED[token] = Jitted(fun, **options)
+            f._pickle_token = token
+            while len(_UNPICKLED) > MAX_UNPICKLED:
+                _UNPICKLED.popitem(last=False)
+        else:
+            _UNPICKLED.move_to_end(token)
+        return f
 
 
 def eval_shape(fun: Callable, *args, **kwargs):

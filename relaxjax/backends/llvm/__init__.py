@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..registry import register_backend
-from .engine import set_num_threads, set_parallel_threshold  # noqa: F401
+from .engine import get_num_threads, set_num_threads, set_parallel_threshold  # noqa: F401
 from .runtime import LLVMExecutable
 
 register_backend("llvm", LLVMExecutable)

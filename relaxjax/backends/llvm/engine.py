@@ -86,6 +86,11 @@ def set_num_threads(n: int) -> None:
     _set_global("rj_num_threads", int(n))
 
 
+def get_num_threads() -> int:
+    """What :func:`set_num_threads` set last (0: OpenMP's default)."""
+    return int(NUM_THREADS.value)
+
+
 def set_parallel_threshold(work: int) -> None:
     """Kernels touching fewer elements than this run on the calling thread."""
     _set_global("rj_parallel_min_work", int(work))
