@@ -154,7 +154,8 @@ def use_gemms(variants) -> None:
                                    "shared library (its packing buffers are thread-local, "
                                    "which in-memory MCJIT code cannot hold)")
             _runtime_library()
-            mod = SharedModule(gemm.module_text(v, target.vector_bits()), [v], exports=False)
+            mod = SharedModule(gemm.module_text(v, target.vector_bits()), [v], exports=False,
+                               pipeline=GEMM_PIPELINE)
             _GEMMS[v] = mod
             _set_global(gemm.pointer_symbol(v), mod.address(v))
 
@@ -172,13 +173,25 @@ def native_code() -> bool:
     return cache.enabled() and generated_products()
 
 
-def _optimize(text: str, tm):
-    """Parse, verify and optimise ``text`` at O3 for the host (loop and SLP vectorization)."""
+# How a module is optimised: (speed level, loop and SLP vectorization).  Generated code is
+# O3 with both vectorizers.  The generated matrix products' micro-kernels are written with
+# explicit vectors, so they take O2 without the vectorizers (GEMM_PIPELINE; env
+# RELAXJAX_GEMM_PIPELINE="level,vectorize"): as fast in benchmarks/gemm.py (every shape
+# class within noise), and half the time to compile (2 x ~0.9 s -> 2 x ~0.45 s here, most
+# of a decode step's cold compile).
+O3 = (3, True)
+GEMM_PIPELINE = tuple(int(v) for v in os.environ.get("RELAXJAX_GEMM_PIPELINE", "2,0").split(","))
+
+
+def _optimize(text: str, tm, pipeline: tuple = O3):
+    """Parse, verify and optimise ``text`` for the host: ``pipeline`` is (speed level,
+    whether the loop and SLP vectorizers run)."""
     mod = llvm.parse_assembly(text)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    level, vectorize = pipeline
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
+    pto.loop_vectorization = bool(vectorize)
+    pto.slp_vectorization = bool(vectorize)
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return mod
@@ -219,8 +232,9 @@ class SharedModule:
     inspection needs it)."""
 
     def __init__(self, text: str | None, entry_names: list, exports: bool = True,
-                 data: bytes | None = None, digest: str | None = None):
+                 data: bytes | None = None, digest: str | None = None, pipeline: tuple = O3):
         self.text = text
+        self.pipeline = tuple(pipeline)
         self.digest = digest or _digest(text)
         mode = ctypes.RTLD_GLOBAL if exports else ctypes.RTLD_LOCAL
         self._optimized = None
@@ -228,7 +242,7 @@ class SharedModule:
         if data is not None:          # a stored executable's own copy: no cache lookup
             self.lib = _load_private(data, mode)
         else:
-            parts = cache_key_parts(text)
+            parts = cache_key_parts(text) + ((self.pipeline,) if self.pipeline != O3 else ())
             data = cache.get("llvm", parts, ".so")
             if data is not None:
                 try:
@@ -238,7 +252,7 @@ class SharedModule:
         self.from_cache = self.lib is not None
         if self.lib is None:
             tm = target.pic_target_machine()
-            mod = _optimize(text, tm)
+            mod = _optimize(text, tm, self.pipeline)
             self._optimized = str(mod)
             data = target.link_shared(tm.emit_object(mod))
             cache.put("llvm", parts, data, ".so")
@@ -260,7 +274,7 @@ class SharedModule:
                 raise RuntimeError("the text of a library loaded from a stored executable is "
                                    "unknown until the executable emits it again")
             with _LOCK:
-                self._optimized = str(_optimize(self.text, target.pic_target_machine()))
+                self._optimized = str(_optimize(self.text, target.pic_target_machine(), self.pipeline))
         return self._optimized
 
     def assembly(self) -> str:
