@@ -50,6 +50,8 @@ Imports and moving the weights into the framework are not timed.  Per (peer, bat
   compiles, so this is its real cost per step and not an execution time;
 - warm step ms: the last step run again (5 times, median) with its inputs, all compiled:
   the execution time of a step at the peer's longest cache, compile-free for every peer;
+- warm prefill ms: the prompt's prefill run again (5 times, median), compiled (the issue's
+  prefill target is at ``--prompt 512``);
 - max rel err: the logits of the prefill and of steps 1, 2, steps/2 and the last against the
   example's NumPy float64 model (``forward_np``, the whole sequence recomputed, on the
   peer's own tokens; first and last sequence of the batch), as max |diff| / max |ref|; the
@@ -391,6 +393,11 @@ def worker(a) -> dict:
         s = time.perf_counter()
         peer.step(tok, pos, st)
         warm.append(time.perf_counter() - s)
+    warm_prefill = []                                  # the prompt again, compiled
+    for _ in range(WARM_REPS):
+        s = time.perf_counter()
+        peer.prefill(prompt)
+        warm_prefill.append(time.perf_counter() - s)
 
     # the reference: the example's float64 model on the peer's own tokens, whole sequences
     rows = sorted({0, a.batch - 1})
@@ -410,6 +417,7 @@ def worker(a) -> dict:
             "steady_step_s": steady, "steady_window": len(window),
             "steady_cache_lengths": [a.prompt + steps - len(window), a.prompt + steps - 1],
             "tokens_per_s": a.batch / steady, "warm_step_s": float(np.median(warm)),
+            "warm_prefill_s": float(np.median(warm_prefill)),
             "max_rel_err": err, "finite": finite, "checked_steps": checks,
             "tokens": toks.tolist(), "step_s": times.tolist()}
 
@@ -463,8 +471,8 @@ def report(results, a, wall) -> str:
                      f"{r['total_s'] + (a.steps - r['steps']) * r['steady_step_s']:.0f} s in total.")
     lines += ["" if short else None,
               "| peer | batch | steps | total s | compiles | first token ms | steady ms/step | tokens/s "
-              "| warm step ms | max rel err | tokens vs numpy | bg cores |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| warm step ms | warm prefill ms | max rel err | tokens vs numpy | bg cores |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines = [x for x in lines if x is not None]
     by_key = {(r["peer"], r["batch"]): r for r in results}
     for batch in a.batch_list:
@@ -481,6 +489,7 @@ def report(results, a, wall) -> str:
                 f"| {peer} | {batch} | {r['steps']} | {r['total_s']:.2f} | "
                 f"{'-' if r['compiles'] is None else r['compiles']} | {1e3 * r['first_token_s']:.1f} | "
                 f"{1e3 * r['steady_step_s']:.2f} | {r['tokens_per_s']:.1f} | {1e3 * r['warm_step_s']:.2f} | "
+                f"{1e3 * r['warm_prefill_s']:.2f} | "
                 f"{r['max_rel_err']:.1e}{flag} | "
                 f"{'-' if peer == 'numpy' else token_agreement(r, by_key.get(('numpy', batch)))} | "
                 f"{r['bg_cores']:.2f}{' †' if r['bg_cores'] > NOISY else ''} |")

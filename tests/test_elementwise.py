@@ -578,3 +578,18 @@ def test_binary_broadcast_row_column(n, m):
     c = rng.standard_normal((m,))
     check_op(lambda x, y: x * y + 1.0, lambda x, y: x * y + 1.0, a, b)
     check_op(lambda x, y: rnp.maximum(x * y, c), lambda x, y: np.maximum(x * y, c), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_exp_far_below_zero_is_zero_without_libm(dtype):
+    """exp of arguments far enough below (a softmax's -inf or -1e9 mask) is 0 without
+    calling libmvec (which runs them lane by lane); around the thresholds and in the
+    subnormal range the results are NumPy's, to within libm's last-place differences."""
+    x = np.array([-np.inf, -1e9, -800.0, -746.5, -745.5, -745.0, -120.0, -104.5, -104.0,
+                  -103.9, -103.0, -95.0, -87.5, -20.0, 0.0, np.nan], dtype=dtype)
+    with np.errstate(all="ignore"):
+        want = np.exp(x)
+    for b in BACKENDS:
+        got = rj.jit(rnp.exp, backend=b)(x)
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype != "float16" else 1e-3, atol=0)
+        assert (got[:3] == 0).all() and np.isnan(got[-1])

@@ -141,21 +141,24 @@ class _Vec:
 
     def exp(self, x: str) -> str:
         """e**x for x <= 0 (what a softmax takes): x = n ln2 + r (|r| <= ln2 / 2), e**r by
-        a polynomial, times 2**n (``vscalef`` on AVX-512, else the exponent's bits); 0 far
-        enough below (-inf included); NaN stays NaN."""
+        a polynomial, times 2**n (``vscalef`` on AVX-512, else the exponent's bits); exactly 0
+        below the smallest normal number's logarithm (-inf, the causal mask's, included);
+        NaN stays NaN.  Never a subnormal: the weights feed products, and a subnormal
+        operand costs a microcode assist per multiply on Intel cores (a causal attention's
+        masked half made its products 5-14x slower)."""
         fn = self.fn
         single = self.ty == "float"
         V, vt = self.V, self.vt
-        if V * self.size == 64:        # AVX-512: 2**n by vscalef, which gives 0 below 2**-150
-            lo = -103.97 if single else -745.2
-            under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
-            x = fn.value(f"select <{V} x i1> {under}, {vt} {self.const(lo)}, {vt} {x}")
-            n = self.call("rint", self.op("fmul", x, self.const(1.4426950408889634)))
-            p = self._exp_reduced(x, n)
-            kind = "ps" if single else "pd"
-            return fn.value(f"call {vt} @llvm.x86.avx512.mask.scalef.{kind}.512({vt} {p}, {vt} {n}, "
-                            f"{vt} zeroinitializer, i{V} -1, i32 4)")
         lo = -87.33654 if single else -708.3964
+        if V * self.size == 64:        # AVX-512: 2**n by vscalef
+            under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
+            xc = fn.value(f"select <{V} x i1> {under}, {vt} {self.const(lo)}, {vt} {x}")
+            n = self.call("rint", self.op("fmul", xc, self.const(1.4426950408889634)))
+            p = self._exp_reduced(xc, n)
+            kind = "ps" if single else "pd"
+            y = fn.value(f"call {vt} @llvm.x86.avx512.mask.scalef.{kind}.512({vt} {p}, {vt} {n}, "
+                         f"{vt} zeroinitializer, i{V} -1, i32 4)")
+            return fn.value(f"select <{V} x i1> {under}, {vt} zeroinitializer, {vt} {y}")
         n = self.call("rint", self.op("fmul", self.call("maxnum", x, self.const(lo)),
                                       self.const(1.4426950408889634)))
         p = self._exp_reduced(x, n)
