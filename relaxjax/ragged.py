@@ -14,7 +14,8 @@ What runs on the packed values needs no padding at all:
   sequences: their offsets are compared, inside ``jit`` when the function runs);
 - ``r @ W`` (a projection): one matrix product over all the packed tokens;
 - reductions over inner axes, and ``softmax``/``layer_norm`` over the last one;
-- reductions over the ragged axis (``sum``, ``mean``, ``max`` with ``axis=1``) and
+- reductions over the ragged axis (``sum``, ``mean``, ``var``, ``max``, ``min`` with
+  ``axis=1``, ``keepdims`` too) and
   :func:`softmax` over it: segment reductions, each token's sequence found once from the
   offsets (:meth:`RaggedArray.segment_ids`).
 
@@ -158,11 +159,15 @@ class RaggedArray:
         at = acc.at[self.segment_ids()]
         return {"add": at.add, "max": at.max, "min": at.min}[mode](self.values)
 
+    def _per_sequence(self, out, keepdims: bool):
+        """A reduction over the ragged axis, (batch, *inner), with that axis kept as 1."""
+        return rnp.expand_dims(out, 1) if keepdims else out
+
     def sum(self, axis=None, keepdims: bool = False):
         if axis is None:
             return rnp.sum(self.values)
         a = self._inner_axis(axis, "sum")
-        return self._segment("add", 0) if a == 0 else \
+        return self._per_sequence(self._segment("add", 0), keepdims) if a == 0 else \
             self.with_values(rnp.sum(self.values, axis=a, keepdims=keepdims))
 
     def mean(self, axis=None, keepdims: bool = False):
@@ -171,24 +176,44 @@ class RaggedArray:
         a = self._inner_axis(axis, "mean")
         if a:
             return self.with_values(rnp.mean(self.values, axis=a, keepdims=keepdims))
-        n = self.lengths.reshape((-1,) + (1,) * len(self.inner_shape))
-        return self._segment("add", 0) / n          # an empty sequence: nan, as NumPy's mean
+        return self._per_sequence(self._segment("add", 0) / self._counts(), keepdims)
+
+    def _counts(self):
+        """Each sequence's length, shaped to divide a (batch, *inner) reduction (an empty
+        sequence: 0, so its mean and var are nan, as NumPy's of an empty array)."""
+        return self.lengths.reshape((-1,) + (1,) * len(self.inner_shape))
 
     def var(self, axis=None, keepdims: bool = False):
-        a = self._inner_axis(axis, "var") if axis is not None else None
-        if not a:
-            raise NotImplementedError("ragged var over all values or the ragged axis is not built yet")
-        return self.with_values(rnp.var(self.values, axis=a, keepdims=keepdims))
+        """Over all values, an inner axis, or each sequence (axis 1: two passes, the
+        deviations from each sequence's mean, as NumPy computes it)."""
+        if axis is None:
+            return rnp.var(self.values)
+        a = self._inner_axis(axis, "var")
+        if a:
+            return self.with_values(rnp.var(self.values, axis=a, keepdims=keepdims))
+        dev = self.values - self.mean(axis=1)[self.segment_ids()]
+        return self._per_sequence(self.with_values(dev * dev)._segment("add", 0) / self._counts(), keepdims)
+
+    def _extremum(self, mode: str, axis, keepdims: bool):
+        if axis is None:
+            return (rnp.max if mode == "max" else rnp.min)(self.values)
+        a = self._inner_axis(axis, mode)
+        if a:
+            return self.with_values((rnp.max if mode == "max" else rnp.min)(self.values, axis=a, keepdims=keepdims))
+        # an empty sequence: the identity, -inf for max and inf for min (or the integer
+        # type's bound; NumPy raises for the extremum of an empty sequence)
+        floating = np.issubdtype(self.dtype, np.floating)
+        if mode == "max":
+            init = -np.inf if floating else np.iinfo(self.dtype).min
+        else:
+            init = np.inf if floating else np.iinfo(self.dtype).max
+        return self._per_sequence(self._segment(mode, init), keepdims)
 
     def max(self, axis=None, keepdims: bool = False):
-        if axis is None:
-            return rnp.max(self.values)
-        a = self._inner_axis(axis, "max")
-        if a:
-            return self.with_values(rnp.max(self.values, axis=a, keepdims=keepdims))
-        # an empty sequence: -inf (NumPy raises for the max of an empty sequence)
-        return self._segment("max", -np.inf if np.issubdtype(self.dtype, np.floating) else
-                             np.iinfo(self.dtype).min)
+        return self._extremum("max", axis, keepdims)
+
+    def min(self, axis=None, keepdims: bool = False):
+        return self._extremum("min", axis, keepdims)
 
     # -- conversions -----------------------------------------------------------------------
     def to_padded(self, fill=0, max_len=None):

@@ -29,7 +29,8 @@ def _layer(r, w, b, g):
     then reductions and a softmax over each sequence."""
     h = nn.gelu(r @ w + b)
     h = nn.layer_norm(h, g, None)
-    return h, h.sum(axis=1), h.mean(axis=1), h.max(axis=1), ragged.softmax(h, axis=1), nn.softmax(h)
+    return (h, h.sum(axis=1), h.mean(axis=1), h.max(axis=1), ragged.softmax(h, axis=1), nn.softmax(h),
+            h.var(axis=1), h.min(axis=1, keepdims=True), h.var())
 
 
 def _layer_np(x, w, b, g):
@@ -39,9 +40,10 @@ def _layer_np(x, w, b, g):
         e = np.exp(h - h.max(0))
         col_softmax, row_softmax = e / e.sum(0), np.exp(h - h.max(-1, keepdims=True))
         row_softmax /= row_softmax.sum(-1, keepdims=True)
-        return h, h.sum(0), h.mean(0), h.max(0), col_softmax, row_softmax
+        return h, h.sum(0), h.mean(0), h.max(0), col_softmax, row_softmax, h.var(0), h.min(0, keepdims=True)
     z = np.zeros((0, w.shape[1]))
-    return h, np.zeros(w.shape[1]), np.full(w.shape[1], np.nan), np.full(w.shape[1], -np.inf), z, z
+    nan = np.full(w.shape[1], np.nan)
+    return h, np.zeros(w.shape[1]), nan, np.full(w.shape[1], -np.inf), z, z, nan, np.full((1, w.shape[1]), np.inf)
 
 
 @given(lengths=LENGTHS, seed=st.integers(0, 2 ** 16))
@@ -53,13 +55,15 @@ def test_ragged_ops_match_a_loop_over_sequences(lengths, seed):
     r = ragged.from_list(seqs)
     want = [_layer_np(x, w, b, g) for x in seqs]
     for backend in BACKENDS:
-        h, s, m, mx, col, row = rj.jit(_layer, backend=backend)(r, w, b, g)
+        h, s, m, mx, col, row, var, mn, var_all = rj.jit(_layer, backend=backend)(r, w, b, g)
         for got, k in ((h, 0), (col, 4), (row, 5)):
             assert isinstance(got, ragged.RaggedArray)
             for seq, ref in zip(got.to_list(), want):
                 np.testing.assert_allclose(seq, ref[k], rtol=1e-10, atol=1e-12)
-        for got, k in ((s, 1), (m, 2), (mx, 3)):
+        for got, k in ((s, 1), (m, 2), (mx, 3), (var, 6), (mn, 7)):
             np.testing.assert_allclose(got, np.stack([ref[k] for ref in want]), rtol=1e-10, atol=1e-12)
+        all_h = np.concatenate([ref[0] for ref in want])
+        np.testing.assert_allclose(var_all, all_h.var() if len(all_h) else np.nan, rtol=1e-10)
 
 
 def test_one_compile_for_every_batch_and_lengths():
