@@ -5,11 +5,14 @@ combines its two children's states (h, c) with input, output and update gates an
 gate per child.  ``encode`` is plain recursive Python for one tree, calling two ``@rj.jit``
 cells; ``rj.autobatch(encode)`` runs it over 64 trees with SST-like sizes (random binary
 trees, 19 leaves on average, at most 30), batching the cells' calls across trees and within
-each tree (``policy="depth"``: all the nodes of one depth together; ``"agenda"``: DyNet's).
+each tree (``policy="depth"``: all the nodes of one depth together; ``"agenda"``: DyNet's;
+``"fsm"``: ED-Batch's policy, learned on the first call).
 
 Four ways, all checked against each other: per tree in NumPy, per tree with the jitted cells,
 level by level in NumPy (what a user batches by hand: the nodes of one height at once), and
-auto-batched; times printed with the batches launched and the compiles.
+auto-batched; times printed with the batches launched, the bytes copied to build the
+batches' operands (``gather_bytes``: with ED-Batch's memory layout, and without) and the
+compiles.
 
     python examples/tree_lstm.py [--small]
 """
@@ -126,7 +129,7 @@ def main(small: bool) -> None:
     sizes = np.clip(np.round(rng.lognormal(np.log(17), 0.5, count)), 1, 30).astype(int)
     trees = [random_tree(rng, int(n), vocab) for n in sizes]
     want = [encode_numpy(t, p) for t in trees]
-    batched = {policy: rj.autobatch(lambda t: encode(t, p), policy=policy) for policy in ("depth", "agenda")}
+    batched = {policy: rj.autobatch(lambda t: encode(t, p), policy=policy) for policy in ("depth", "agenda", "fsm")}
     for policy, f in batched.items():
         got = f(trees)
         err = max(np.abs(g - w).max() for g, w in zip(got, want))
@@ -145,9 +148,12 @@ def main(small: bool) -> None:
         print(f"  {name:34s} {ms:8.1f} ms")
     for policy, f in batched.items():
         s = f.stats()
-        per_call = s["batches"] // (s["instances"] // count)
-        print(f"  {policy}: {per_call} batches per call for {s['nodes'] // (s['instances'] // count)} nodes; "
-              f"compiles: {s['compiles']}")
+        calls = s["instances"] // count
+        flat = rj.autobatch(lambda t: encode(t, p), policy=policy, layout=False)
+        flat(trees)
+        print(f"  {policy}: {s['batches'] // calls} batches per call for {s['nodes'] // calls} nodes; "
+              f"gathered {s['gather_bytes'] / calls / 1024:.0f} KB per call "
+              f"({flat.stats()['gather_bytes'] / 1024:.0f} KB without the layout); compiles: {s['compiles']}")
     print("results equal NumPy's tree by tree (within 1e-4)")
 
 

@@ -1,309 +1,199 @@
-"""Auto-batching of per-instance code (ACRoBat, Fegade et al., MLSys 2024; DyNet's agenda):
-``rj.autobatch(fn)(instances)`` runs ``fn`` on each instance, written for one instance in
-plain Python (recursion over a tree, loops over a sequence), and batches its calls of
-``@rj.jit`` *cells* across instances and across the independent calls of one instance.
+"""Auto-batching of per-instance code (ACRoBat, Fegade et al., MLSys 2024; DyNet; ED-Batch,
+Chen et al., ICML 2023): ``rj.autobatch(fn)(instances)`` runs ``fn`` on each instance,
+written for one instance in plain Python (recursion over a tree, loops over a sequence),
+and batches its calls of ``@rj.jit`` *cells* across instances and across the independent
+calls of one instance.  Why: models whose structure changes per input cannot be batched by
+hand without rewriting them level by level; run one instance at a time, they pay a kernel
+launch (and Python) per small cell call.
 
-While ``fn`` runs, a cell call does not compute: it records a *node* (the cell, its arguments)
-and returns *lazy* results (:class:`Lazy`), whose shapes come from tracing the cell
-(``Jitted.eval_shape``, once per argument signature).  Each node gets its depth inline, one
-more than its deepest lazy argument's.  Then the nodes run in batches, one per cell and
-argument signature at a time, chosen by the policy:
+While ``fn`` runs, a cell call does not compute: it records a *node* (the cell, its
+arguments) and returns *lazy* results (:class:`Lazy`), whose shapes come from tracing the
+cell once per argument signature (a *kind*: cell, argument tree, each leaf's shape and
+dtype).  A node's depth is computed inline, one more than its deepest pending argument's.
+When a value is needed (``fn`` returned for every instance, or a lazy value is used as a
+number: ``float(p)``), every pending node runs, planned first as a whole:
 
-* ``"depth"`` (ACRoBat, TensorFlow Fold): all the nodes of one depth, cell by cell, depth by
-  depth;
-* ``"agenda"`` (DyNet): among the cells with nodes whose arguments are computed, the one
-  with the most such nodes, again and again.
+* types: the nodes of one kind, split by the weights they pass (an argument position where
+  every object is passed by two instances or more, such as a forward and a backward LSTM's
+  weights, is a parameter: one batch never mixes two weight sets, which would stack them);
+* the policy chooses the batches (``relaxjax.autobatch_policy``: ``"depth"``, ``"agenda"``,
+  or ``"fsm"``, ED-Batch's policy learned by Q-learning on the first calls, which can be
+  saved and loaded);
+* the layout (ED-Batch's memory planning, ``layout=True``): results live in *arenas*, one
+  array per (result shape and dtype, result position), each batch's results one contiguous
+  run, the batches in execution order; each batch's nodes are ordered so that a later
+  batch's operand is, where possible, exactly a run of an earlier one's results: a slice
+  view, nothing copied.  Otherwise the operand is one ``np.take`` from the arena.
+  ``stats()`` counts the bytes gathered so (``gather_bytes``) with the operands read as
+  slices and as gathers; ``layout=False`` keeps the policy's order, for comparison.
 
-A batch is the cell mapped over the batch (``rj.vmap``: arguments the nodes share, such as
-weights, are passed once, the others stacked), jitted once per cell and argument layout: the
-batch size is a symbolic dim, so one compile serves every batch of every size (coarse grain:
-the whole cell, fused, not op by op).  A lazy value used as an array (``float(p)``, ``np.asarray``:
-an early exit testing a confidence) makes every node recorded so far run first, so the
-result is always what ``fn`` computes instance by instance; such code batches less.
+A batch is the cell mapped over the batch (``rj.vmap``: the parameters passed once, the
+rest batched), jitted once per cell and argument layout: the batch size is a symbolic dim,
+so one compile serves every batch of every size (coarse grain: the whole cell, fused, not op
+by op).  The values returned are views of an arena where they fill at least half of it
+(nothing copied), else copies (so a few results do not keep every intermediate alive).
 
-Not yet here (issue 21's later steps): suspending an instance at such a test while the
-others run ahead, ED-Batch's learned (FSM) policy and its memory layout, reading operands
-through index arrays inside the kernels instead of stacking them.
+Not here yet (issue 21's later steps): suspending an instance at a data-dependent test
+while the others run ahead (such a test runs everything recorded so far, so the result is
+still what ``fn`` computes instance by instance, batched less), and reading operands through
+index arrays inside the generated kernels instead of gathering them on the host.
 """
 from __future__ import annotations
 
 import gc
-from collections import defaultdict
+import os
+import time
 from typing import Callable, Sequence
 
-import numpy as np
 import optree
 
-from .jit import _CALL_HOOK, Jitted, jit
-from .structs import ShapeDtypeStruct
+from .autobatch_lazy import Lazy, _Kind, _sig_str, _struct_of
+from .autobatch_policy import POLICIES, FSMPolicy
+from .autobatch_run import _Run, _results
+from .jit import _CALL_HOOK, jit
 from .vmap import vmap
 
-__all__ = ["autobatch", "AutoBatched", "Lazy"]
-
-POLICIES = ("depth", "agenda")
-
-
-class Lazy:
-    """A cell's result not computed yet: its node, with the shape and dtype tracing gave it
-    (``sig``: both, as a node's key holds them)."""
-    __slots__ = ("node", "struct", "value", "run", "sig")
-
-    def __init__(self, node, struct: ShapeDtypeStruct, run: "_Run"):
-        self.node, self.struct, self.run = node, struct, run
-        self.sig = (struct.shape, struct.dtype.str)
-        self.value = None
-
-    @property
-    def shape(self):
-        return self.struct.shape
-
-    @property
-    def dtype(self):
-        return self.struct.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.struct.shape)
-
-    def force(self) -> np.ndarray:
-        if self.value is None:
-            self.run.flush()
-        return self.value
-
-    def __array__(self, dtype=None, copy=None):
-        v = self.force()
-        return v if dtype is None else v.astype(dtype)
-
-    def __float__(self):
-        return float(self.force())
-
-    def __int__(self):
-        return int(self.force())
-
-    def __bool__(self):
-        return bool(self.force())
-
-    def __getattr__(self, name: str):
-        """Anything else (``h.sum()``, ``h.T``): the value's, computed first."""
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.force(), name)
-
-    def __getitem__(self, index):
-        return self.force()[index]
-
-    def __len__(self) -> int:
-        return len(self.force())
-
-    def __repr__(self) -> str:
-        state = "computed" if self.value is not None else f"pending, depth {self.node.depth}"
-        return f"Lazy({self.struct}, {state})"
-
-
-def _forcing(name: str):
-    def op(self, *others):
-        return getattr(self.force(), name)(*others)
-    op.__name__ = name
-    return op
-
-
-for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-              "__rtruediv__", "__pow__", "__neg__", "__matmul__", "__rmatmul__", "__lt__", "__le__",
-              "__gt__", "__ge__", "__eq__", "__ne__"):
-    setattr(Lazy, _name, _forcing(_name))
-del _name
-Lazy.__hash__ = object.__hash__
-
-
-class _Node:
-    __slots__ = ("cell", "leaves", "tree", "depth", "outs", "key")
-
-    def __init__(self, cell, leaves, tree, depth, key):
-        self.cell, self.leaves, self.tree, self.depth, self.key = cell, leaves, tree, depth, key
-        self.outs: list = []
-
-
-def _struct_of(x):
-    if isinstance(x, Lazy):
-        return x.struct
-    if isinstance(x, (bool, int, float, complex)):
-        return x                              # traced as the weak Python scalar it is
-    a = np.asarray(x)
-    return ShapeDtypeStruct(a.shape, a.dtype)
-
-
-class _Run:
-    """One ``autobatch`` call: the nodes recorded and not run yet, and the statistics."""
-
-    def __init__(self, owner: "AutoBatched"):
-        self.owner = owner
-        self.pending: list = []
-
-    def record(self, cell: Jitted, args: tuple, kwargs: dict):
-        leaves, tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
-        # a node's key: the cell, the argument tree, each leaf's shape and dtype (which
-        # concrete leaves the nodes share is decided per batch)
-        sig, depth = [], 0
-        for x in leaves:
-            if type(x) is Lazy:
-                if x.run is not self:
-                    raise ValueError("autobatch: a lazy value of another autobatch call was passed to a cell")
-                sig.append(x.sig)
-                if x.value is None and x.node.depth > depth:
-                    depth = x.node.depth
-            elif type(x) is np.ndarray:
-                sig.append((x.shape, x.dtype.str))
-            elif isinstance(x, (bool, int, float, complex)):
-                sig.append(type(x))            # a Python scalar: weak, as in the cell's own call
-            else:
-                a = np.asarray(x)
-                sig.append((a.shape, a.dtype.str))
-        key = (id(cell), tree, tuple(sig))
-        out_leaves, out_tree = self.owner._out_shapes(cell, key, leaves)
-        node = _Node(cell, leaves, tree, depth + 1, key)
-        node.outs = [Lazy(node, s, self) if type(s) is ShapeDtypeStruct else s for s in out_leaves]
-        self.pending.append(node)
-        self.owner._stats["nodes"] += 1
-        return optree.tree_unflatten(out_tree, node.outs)
-
-    def flush(self) -> None:
-        """Run every pending node, in batches chosen by the policy (the batches' own calls
-        compute: the recording hook is off meanwhile)."""
-        saved = list(_CALL_HOOK)
-        _CALL_HOOK.clear()
-        try:
-            if self.owner.policy == "depth":
-                # a node's inputs are all shallower: depth by depth, every group is ready
-                groups: dict = defaultdict(list)
-                for n in self.pending:
-                    groups[n.depth, n.key].append(n)
-                self.pending = []
-                for k in sorted(groups, key=lambda k: k[0]):
-                    self._run_batch(groups[k])
-            while self.pending:
-                batch = self._next_batch()
-                self._run_batch(batch)
-                done = set(map(id, batch))
-                self.pending = [n for n in self.pending if id(n) not in done]
-        finally:
-            _CALL_HOOK[:] = saved
-
-    def _ready(self, node) -> bool:
-        return all(x.value is not None for x in node.leaves if isinstance(x, Lazy) and x.node is not node)
-
-    def _next_batch(self) -> list:
-        """The agenda policy's next batch: the largest group of ready nodes of one kind."""
-        groups: dict = defaultdict(list)
-        for n in self.pending:
-            if self._ready(n):
-                groups[n.key].append(n)
-        return max(groups.values(), key=len)
-
-    def _run_batch(self, nodes: list) -> None:
-        first = nodes[0]
-        n = len(first.leaves)
-        layouts = self.owner._layouts
-        if len(nodes) == 1 and first.key in layouts:
-            # one node cannot tell its shared arguments from its own: as the last batch of
-            # its kind decided (one compile for both)
-            shared = list(layouts[first.key])
-        else:
-            shared = [not isinstance(first.leaves[k], Lazy) and
-                      all(_same(m.leaves[k], first.leaves[k]) for m in nodes) for k in range(n)]
-            if len(nodes) > 1:
-                layouts[first.key] = tuple(shared)
-        args = []
-        for k in range(n):
-            if shared[k]:
-                args.append(first.leaves[k])
-            else:
-                args.append(np.stack([np.asarray(m.leaves[k].value if isinstance(m.leaves[k], Lazy)
-                                                  else m.leaves[k]) for m in nodes]))
-        if all(shared):                    # one node (or all alike): the cell itself, unbatched
-            args_, kwargs = optree.tree_unflatten(first.tree, args)
-            outs = optree.tree_map(lambda v: np.asarray(v)[None], first.cell(*args_, **kwargs),
-                                   none_is_leaf=False)
-        else:
-            mapped = self.owner._batched_cell(first.cell, first.tree, tuple(None if s else 0 for s in shared))
-            outs = mapped(*args)
-        out_leaves = optree.tree_leaves(outs, none_is_leaf=False)
-        kept = [k for k, o in enumerate(first.outs) if isinstance(o, Lazy)]
-        for j, m in enumerate(nodes):
-            for k, v in zip(kept, out_leaves):
-                m.outs[k].value = np.asarray(v[j])
-        self.owner._stats["batches"] += 1
-
-
-def _same(a, b) -> bool:
-    """One argument for every node of a batch: the same array, or equal Python scalars."""
-    if a is b:
-        return True
-    return isinstance(a, (bool, int, float, complex)) and type(a) is type(b) and a == b
+__all__ = ["autobatch", "AutoBatched", "Lazy", "POLICIES"]
 
 
 class AutoBatched:
-    """``rj.autobatch(fn, policy=...)``: call it with a list of instances."""
+    """``rj.autobatch(fn, ...)``: call it with a list of instances; ``stats()``;
+    ``save_policy(path)`` for the fsm policy."""
 
-    def __init__(self, fn: Callable, policy: str = "depth"):
+    def __init__(self, fn: Callable, policy: str = "depth", *, layout: bool = True,
+                 policy_file: str | os.PathLike | None = None, train_calls: int | None = None,
+                 episodes: int = 100, seed: int = 0):
+        if not callable(fn):
+            raise TypeError(f"autobatch: fn must be callable, got {fn!r}")
         if policy not in POLICIES:
             raise ValueError(f"autobatch: policy must be one of {POLICIES}, got {policy!r}")
-        self.fn, self.policy = fn, policy
-        self._shapes: dict = {}               # (cell, tree, signature) -> output structs
-        self._cells: dict = {}                # (cell, tree, in_axes) -> the jitted vmapped cell
-        self._layouts: dict = {}              # node key -> which arguments batches shared
-        self._stats = {"instances": 0, "nodes": 0, "batches": 0}
+        if not isinstance(layout, bool):
+            raise TypeError(f"autobatch: layout must be True or False, got {layout!r}")
+        if policy_file is not None and policy != "fsm":
+            raise ValueError(f"autobatch: policy_file is for policy='fsm', got policy={policy!r}")
+        if train_calls is not None and (not isinstance(train_calls, int) or train_calls < 0):
+            raise ValueError(f"autobatch: train_calls must be an int >= 0, got {train_calls!r}")
+        if not isinstance(episodes, int) or episodes < 1:
+            raise ValueError(f"autobatch: episodes must be an int >= 1, got {episodes!r}")
+        self.fn, self.policy, self.layout, self.episodes = fn, policy, layout, episodes
+        self._fsm = None
+        self._train_calls_left = 0
+        if policy == "fsm":
+            self._fsm = FSMPolicy(seed=seed) if policy_file is None else FSMPolicy.load(policy_file, seed=seed)
+            self._train_calls_left = (1 if policy_file is None else 0) if train_calls is None else train_calls
+        self._kinds: dict = {}                # (cell, tree, signature) -> _Kind
+        self._labels: set = set()
+        self._cells: dict = {}                # (kind, in_axes) -> the jitted vmapped cell
+        self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "arena_bytes",
+                                     "operands_sliced", "operands_gathered"), 0)
+        self._stats.update(record_s=0.0, plan_s=0.0, run_s=0.0)
 
     def __call__(self, instances: Sequence) -> list:
-        run = _Run(self)
-
-        def hook(cell, args, kwargs):
-            return run.record(cell, args, kwargs)
+        """``[fn(x) for x in instances]``, the cell calls batched."""
+        if isinstance(instances, (str, bytes)) or not hasattr(instances, "__iter__"):
+            raise TypeError(f"autobatch: instances must be a list (or other iterable) of instances, "
+                            f"got {type(instances).__name__}")
+        instances = instances if isinstance(instances, list) else list(instances)
         if _CALL_HOOK:
             raise RuntimeError("autobatch calls do not nest")
-        _CALL_HOOK.append(hook)
-        # thousands of small objects (nodes, lazy values: cycles) would trigger the cyclic
-        # collector over the whole heap again and again: it waits until the batches ran
+        run = _Run(self)
+        _CALL_HOOK.append(run.record)
+        # thousands of small objects (nodes, lazy values: cycles through the run) would
+        # trigger the cyclic collector over the whole heap again and again: it waits
         collecting = gc.isenabled()
         gc.disable()
+        s = self._stats
         try:
-            results = [self.fn(x) for x in instances]
+            flushed = s["plan_s"] + s["run_s"]
+            t0 = time.perf_counter()
+            results = []
+            for x in instances:
+                run.starts.append(len(run.pending))
+                results.append(self.fn(x))
+            s["record_s"] += time.perf_counter() - t0 - (s["plan_s"] + s["run_s"] - flushed)
             _CALL_HOOK.clear()
             run.flush()
+            out = _results(results)
         finally:
             _CALL_HOOK.clear()
             if collecting:
                 gc.enable()
+        if self._train_calls_left > 0:
+            self._train_calls_left -= 1
         self._stats["instances"] += len(instances)
-        return [optree.tree_map(lambda v: v.value if isinstance(v, Lazy) else v, r, none_is_leaf=False)
-                for r in results]
+        return out
 
     def stats(self) -> dict:
-        """Instances, nodes recorded, batches launched, and the compiles of the batched cells
-        (one per cell and argument layout, whatever the batch sizes)."""
-        return dict(self._stats, compiles=sum(f.cache_info().compiles for f in self._cells.values()))
+        """Totals over the calls so far: instances; nodes recorded; batches launched;
+        ``gather_bytes``, bytes copied to build batch operands (``operands_gathered`` of them;
+        ``operands_sliced`` were read as views of an arena); ``arena_bytes``, results copied
+        into the arenas; ``compiles`` of the batched cells (one per cell and argument layout,
+        whatever the batch sizes); seconds spent recording (running ``fn``: ``record_s``),
+        planning (``plan_s``) and running batches (``run_s``); for the fsm policy,
+        ``fsm_states`` in its table, ``fsm_episodes`` trained and ``fsm_fallbacks`` (choices
+        left to the agenda's rule: states the table does not hold)."""
+        out = dict(self._stats, compiles=sum(f.cache_info().compiles for f in self._cells.values()))
+        if self._fsm is not None:
+            out.update(fsm_states=len(self._fsm.policy), fsm_episodes=self._fsm.episodes,
+                       fsm_fallbacks=self._fsm.fallbacks)
+        return out
 
-    def _out_shapes(self, cell: Jitted, key, leaves):
-        """The cell's results for a node's key, flattened: (leaves, tree), by tracing once."""
-        outs = self._shapes.get(key)
-        if outs is None:
-            structs = [_struct_of(x) for x in leaves]
-            args, kwargs = optree.tree_unflatten(key[1], structs)
-            outs = self._shapes[key] = optree.tree_flatten(cell.eval_shape(*args, **kwargs),
-                                                           none_is_leaf=False)
-        return outs
+    def save_policy(self, path: str | os.PathLike) -> None:
+        """Write the fsm policy's learned table as JSON, for ``rj.autobatch(fn, policy="fsm",
+        policy_file=path)`` (which uses it greedily, no training unless ``train_calls``)."""
+        if self._fsm is None:
+            raise ValueError(f"autobatch: save_policy is for policy='fsm', this one is {self.policy!r}")
+        if not self._fsm.policy:
+            raise RuntimeError("autobatch: save_policy: nothing learned yet (call the autobatched function "
+                               "on some instances first, with train_calls > 0)")
+        self._fsm.save(path)
 
-    def _batched_cell(self, cell: Jitted, tree, in_axes: tuple):
-        key = (id(cell), tree, in_axes)
+    def _new_kind(self, key: tuple, leaves) -> _Kind:
+        """Trace the cell once for a new argument signature: its results' shapes."""
+        cell, tree, sig = key
+        structs = [_struct_of(x) for x in leaves]
+        if tree is None:
+            out = cell.eval_shape(*structs)
+        else:
+            args, kwargs = optree.tree_unflatten(tree, structs)
+            out = cell.eval_shape(*args, **kwargs)
+        outs, out_tree = optree.tree_flatten(out, none_is_leaf=False)
+        label = f"{getattr(cell.fun, '__module__', '')}.{getattr(cell.fun, '__qualname__', cell.__name__)}" \
+                f"({', '.join(map(_sig_str, sig))}{'' if tree is None else '; ' + str(tree)})"
+        base, n = label, 1
+        while label in self._labels:          # two cells of one name: numbered by first call
+            n += 1
+            label = f"{base}#{n}"
+        self._labels.add(label)
+        kind = self._kinds[key] = _Kind(cell, tree, outs, out_tree, label)
+        return kind
+
+    def _batched_cell(self, kind: _Kind, in_axes: tuple):
+        key = (kind, in_axes)
         f = self._cells.get(key)
         if f is None:
-            def flat(*leaves):
-                args, kwargs = optree.tree_unflatten(tree, list(leaves))
-                return cell.fun(*args, **kwargs)
+            cell, tree = kind.cell, kind.tree
+            if tree is None:
+                flat = cell.fun
+            else:
+                def flat(*leaves):
+                    args, kwargs = optree.tree_unflatten(tree, list(leaves))
+                    return cell.fun(*args, **kwargs)
             f = self._cells[key] = jit(vmap(flat, in_axes=in_axes))
         return f
 
 
-def autobatch(fn: Callable, policy: str = "depth") -> AutoBatched:
+def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True,
+              policy_file: str | os.PathLike | None = None, train_calls: int | None = None,
+              episodes: int = 100, seed: int = 0) -> AutoBatched:
     """``fn`` (one instance in, its result out, calling ``@rj.jit`` cells) over a list of
-    instances with the cells' calls batched (see the module's docstring)."""
-    return AutoBatched(fn, policy)
+    instances with the cells' calls batched (see the module's docstring).
+
+    ``policy``: ``"depth"``, ``"agenda"`` or ``"fsm"``.  ``layout``: order each batch's
+    results so later operands are slices (False: the policy's order).  For ``"fsm"``:
+    ``policy_file``, a table written by ``AutoBatched.save_policy`` to start from;
+    ``train_calls``, how many calls train the table (default 1 without a file, 0 with one),
+    each flush of such a call replayed for ``episodes`` Q-learning episodes before it runs
+    greedily; ``seed`` for the exploration."""
+    return AutoBatched(fn, policy, layout=layout, policy_file=policy_file, train_calls=train_calls,
+                       episodes=episodes, seed=seed)

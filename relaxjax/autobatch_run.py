@@ -1,0 +1,375 @@
+"""``rj.autobatch``'s engine: recording cell calls as nodes (the hook ``Jitted.__call__``
+calls), then, when values are needed, planning the pending nodes (types, the policy's
+batches, the memory layout, arenas) and running the batches (operands gathered or sliced
+from the arenas, the cell vmapped and jitted once per layout).  See ``relaxjax.autobatch``
+for the design and ``relaxjax.autobatch_policy`` for the scheduling.
+"""
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from collections import Counter
+
+import numpy as np
+import optree
+
+from .autobatch_lazy import Lazy, _Batch, _Kind, _Node, _ident, _split_ident, _SCALARS
+from .autobatch_policy import Graph, order_for_layout, schedule_agenda, schedule_depth
+from .jit import _CALL_HOOK, Jitted
+
+
+def _split(group: list, idx: list, in_axes) -> dict:
+    """The nodes (indices ``idx``, arguments ``group``) grouped by the objects they pass at
+    the positions ``in_axes`` passes once (all of them for None), where those differ."""
+    first = group[0]
+    split = [k for k, x0 in enumerate(first) if (in_axes is None or in_axes[k] is None)
+             and not all(a[k] is x0 for a in group)]
+    if not split:
+        return {(): idx}
+    # equal Python scalars are one argument (a position's scalars share a type: the kind's)
+    scalar = {k for k in split if isinstance(first[k], _SCALARS)}
+    groups: dict = {}
+    for i, args in zip(idx, group):
+        if scalar:
+            ident = tuple([args[k] if k in scalar else id(args[k]) for k in split])
+        else:
+            ident = tuple([id(args[k]) for k in split])
+        g = groups.get(ident)
+        if g is None:
+            groups[ident] = [i]
+        else:
+            g.append(i)
+    return groups
+
+
+class _Run:
+    """One ``autobatch`` call: the nodes recorded and not run yet."""
+
+    def __init__(self, owner: object):
+        self.owner = owner
+        self.kinds = owner._kinds
+        self.pending: list = []
+        self.starts: list = [0]               # where each instance's pending nodes begin
+
+    def record(self, cell: Jitted, args: tuple, kwargs: dict):
+        """The recording hook (``Jitted.__call__`` calls it instead of computing)."""
+        if kwargs:
+            return self._record_tree(cell, args, kwargs)
+        sig, depth, ins = [], 0, ()
+        for x in args:
+            t = type(x)
+            if t is Lazy:
+                if x.run is not self:
+                    raise ValueError(f"autobatch: argument {len(sig)} of {cell.__name__} is a lazy value of "
+                                     f"another autobatch call")
+                n = x.node
+                if n.batch is None:
+                    if ins:
+                        ins.append((len(sig), n.pos))
+                    else:
+                        ins = [(len(sig), n.pos)]
+                    if n.depth > depth:
+                        depth = n.depth
+                sig.append(x.sig)
+            elif t is np.ndarray:
+                sig.append((x.shape, x.dtype))
+            elif t is float or t is int or t is bool or t is complex:
+                sig.append(t)                 # a Python scalar: weak, as in the cell's own call
+            else:
+                return self._record_tree(cell, args, kwargs)
+        key = (cell, None, tuple(sig))
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.owner._new_kind(key, args)
+        pending = self.pending
+        node = _Node(kind, args, depth + 1, len(pending), ins)
+        pending.append(node)
+        form = kind.out_form
+        if form == 2:
+            return tuple([Lazy(node, k, s, self) for k, s in enumerate(kind.out_sigs)])
+        if form == 1:
+            return Lazy(node, 0, kind.out_sigs[0], self)
+        return self._outputs(node, kind)
+
+    def _record_tree(self, cell: Jitted, args: tuple, kwargs: dict):
+        """Arguments that are containers, keywords, None or other array types."""
+        leaves, tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
+        sig, depth, ins = [], 0, []
+        for i, x in enumerate(leaves):
+            if type(x) is Lazy:
+                if x.run is not self:
+                    raise ValueError(f"autobatch: argument leaf {i} of {cell.__name__} is a lazy value of "
+                                     f"another autobatch call")
+                sig.append(x.sig)
+                if x.node.batch is None:
+                    ins.append((i, x.node.pos))
+                    depth = max(depth, x.node.depth)
+            elif isinstance(x, _SCALARS):
+                sig.append(type(x))
+            else:
+                a = np.asarray(x)
+                sig.append((a.shape, a.dtype))
+        key = (cell, tree, tuple(sig))
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.owner._new_kind(key, leaves)
+        node = _Node(kind, leaves, depth + 1, len(self.pending), ins)
+        self.pending.append(node)
+        return self._outputs(node, kind)
+
+    def _outputs(self, node: _Node, kind: _Kind):
+        outs = [s if sig is None else Lazy(node, k, sig, self)
+                for k, (s, sig) in enumerate(zip(kind.outs, kind.out_sigs))]
+        return optree.tree_unflatten(kind.out_tree, outs)
+
+    # ------------------------------------------------------------------------- planning
+    def flush(self) -> None:
+        """Plan and run every pending node (the batches' own cell calls compute: the
+        recording hook is off meanwhile)."""
+        nodes, self.pending = self.pending, []
+        if not nodes:
+            return
+        self.starts, starts = [0], self.starts
+        saved = list(_CALL_HOOK)
+        _CALL_HOOK.clear()
+        s = self.owner._stats
+        try:
+            t0 = time.perf_counter()
+            batches = self._plan(nodes, starts)
+            t1 = time.perf_counter()
+            for b in batches:
+                self._run_batch(b)
+            s["plan_s"] += t1 - t0
+            s["run_s"] += time.perf_counter() - t1
+        finally:
+            _CALL_HOOK[:] = saved
+
+    def _types(self, nodes: list, starts: list):
+        """Each node's type (index), the types' labels, kinds and in_axes.
+
+        A kind's argument positions are batched (axis 0) or passed once (None).  Passed
+        once: the same object in every node, or a *parameter*: every object at that
+        position is passed by nodes of two instances or more (a weight; per-instance data,
+        even an array one instance passes twice, is not).  Decided on a flush holding
+        several instances of the kind, the layout sticks to the kind (one compile; a position
+        once batched stays batched); a flush of one instance uses it, or, before any,
+        guesses (an object passed twice is a parameter) without keeping the guess (a first
+        call of one instance can so compile a layout the next calls do not use).  The nodes
+        are then split into types by the objects at the positions passed once, so every
+        batch passes one object there.  ``starts``: where each instance's
+        nodes begin."""
+        by_kind: dict = {}
+        for i, n in enumerate(nodes):
+            g = by_kind.get(n.kind)
+            if g is None:
+                by_kind[n.kind] = [i]
+            else:
+                g.append(i)
+        type_of = [0] * len(nodes)
+        labels, kinds, axes = [], [], []
+        for kind, idx in by_kind.items():
+            group = [nodes[i].args for i in idx]
+            multi = bisect_right(starts, idx[0]) != bisect_right(starts, idx[-1])
+            guessed = False
+            in_axes = kind.layout                # one node and no layout yet: the cell itself
+            if len(idx) > 1:
+                if in_axes is None:
+                    in_axes, guessed = self._layout(kind, group, idx, starts, multi)
+                    groups = _split(group, idx, in_axes)
+                else:                            # the kind's layout, unless it splits too much
+                    groups = _split(group, idx, in_axes)
+                    if multi and len(groups) > max(8, len(idx) // 4):
+                        in_axes, guessed = self._layout(kind, group, idx, starts, multi)
+                        groups = _split(group, idx, in_axes)
+            else:
+                groups = {(): idx}
+            for members in groups.values():
+                t = len(labels)
+                if kind.split:                   # weight sets: numbered, stable across calls
+                    args = nodes[members[0]].args
+                    ident = tuple([_split_ident(args[k]) for k in kind.split])
+                    labels.append(f"{kind.label}/{kind.params.setdefault(ident, len(kind.params))}")
+                else:
+                    labels.append(kind.label)
+                kinds.append(kind)
+                # a guess compiles no batched cell for one node
+                axes.append(None if guessed and len(members) == 1 else in_axes)
+                for i in members:
+                    type_of[i] = t
+        return type_of, labels, kinds, axes
+
+    @staticmethod
+    def _layout(kind: _Kind, group: list, idx: list, starts: list, multi: bool):
+        """The in_axes of a kind's nodes (see ``_types``), and whether it is a guess."""
+        in_axes, params, inst = [], [], None
+        for k, x0 in enumerate(group[0]):
+            if type(x0) is Lazy:
+                in_axes.append(0)
+                continue
+            if all(a[k] is x0 for a in group):
+                in_axes.append(None)
+                continue
+            idents = [_ident(a[k]) for a in group]
+            if None in idents or 2 * len(set(idents)) > len(idents):
+                param = False                     # a lazy value, or an object passed once
+            elif multi:
+                if inst is None:
+                    inst = [bisect_right(starts, i) for i in idx]
+                seen: dict = {}
+                for d, j in zip(idents, inst):
+                    f = seen.get(d)
+                    if f is None:
+                        seen[d] = j
+                    elif f != j:
+                        seen[d] = -1              # passed by two instances
+                param = all(j == -1 for j in seen.values())
+            else:
+                param = min(Counter(idents).values()) >= 2
+            in_axes.append(None if param else 0)
+            if param:
+                params.append(k)
+        if multi and kind.layout is not None:     # batched once, batched for good
+            in_axes = [0 if a == 0 or b == 0 else None for a, b in zip(in_axes, kind.layout)]
+        in_axes = tuple(in_axes)
+        if all(a is None for a in in_axes):
+            return None, False                    # every node alike: one call, broadcast
+        if not multi:
+            return in_axes, True                  # a guess, not kept
+        kind.layout = in_axes
+        kind.split = tuple(sorted(set(kind.split) | set(params)))
+        return in_axes, False
+
+    def _plan(self, nodes: list, starts: list | None = None) -> list:
+        owner = self.owner
+        type_of, labels, kinds, axes = self._types(nodes, starts or [0])
+        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels)
+        if owner.policy == "depth":
+            order = schedule_depth(g)
+        elif owner.policy == "agenda":
+            order = schedule_agenda(g)
+        else:
+            if owner._train_calls_left > 0:
+                owner._fsm.train(g, owner.episodes)
+            order = owner._fsm.schedule(g)
+        if owner.layout:
+            order_for_layout(g, order)
+        batches = []
+        counts: dict = {}
+        for idx in order:
+            t = type_of[idx[0]]
+            kind = kinds[t]
+            b = _Batch(kind, [nodes[i] for i in idx], axes[t])
+            bases = []
+            for k, sig in enumerate(kind.out_sigs):
+                if sig is None:
+                    bases.append(None)
+                    continue
+                key = (sig, k)
+                base = counts.get(key, 0)
+                counts[key] = base + len(idx)
+                bases.append(base)
+            b.bases = bases
+            for pos, n in enumerate(b.nodes):
+                n.pos, n.batch = pos, b
+            batches.append(b)
+        arenas = {key: np.empty((count,) + key[0][0], key[0][1]) for key, count in counts.items()}
+        for b in batches:
+            b.arenas = [None if sig is None else arenas[sig, k] for k, sig in enumerate(b.kind.out_sigs)]
+        s = owner._stats
+        s["nodes"] += len(nodes)
+        s["batches"] += len(batches)
+        return batches
+
+    # ------------------------------------------------------------------------ execution
+    def _gather(self, nodes: list, k: int) -> np.ndarray:
+        """Argument k of a batch's nodes as one (batch, ...) array: a slice of an arena when
+        it is a run of one, one ``take`` when it lies in one arena, else stacked."""
+        s = self.owner._stats
+        xs = [n.args[k] for n in nodes]
+        x0 = xs[0]
+        if type(x0) is Lazy:
+            j = x0.k
+            arena = x0.node.batch.arenas[j]
+            rows = []
+            for x in xs:
+                if type(x) is not Lazy or x.k != j:
+                    break
+                n = x.node
+                b = n.batch
+                if b.arenas[j] is not arena:       # computed by an earlier flush
+                    break
+                rows.append(b.bases[j] + n.pos)
+            else:
+                r0, m = rows[0], len(rows)
+                if rows[-1] - r0 == m - 1 and rows == list(range(r0, r0 + m)):
+                    s["operands_sliced"] += 1
+                    return arena[r0:r0 + m]
+                out = arena.take(rows, axis=0)
+                s["operands_gathered"] += 1
+                s["gather_bytes"] += out.nbytes
+                return out
+        out = np.stack(xs)                         # concrete arrays (a computed lazy value converts)
+        s["operands_gathered"] += 1
+        s["gather_bytes"] += out.nbytes
+        return out
+
+    def _run_batch(self, b: _Batch) -> None:
+        kind, nodes, in_axes = b.kind, b.nodes, b.in_axes
+        first = nodes[0].args
+        if in_axes is None:                       # every node alike: the cell itself, once
+            args = [x.value if type(x) is Lazy else x for x in first]
+            if kind.tree is None:
+                out = kind.cell(*args)
+            else:
+                a, kw = optree.tree_unflatten(kind.tree, args)
+                out = kind.cell(*a, **kw)
+            leaves = optree.tree_leaves(out, none_is_leaf=False)
+            batched = False
+        else:
+            args = []
+            for k, ax in enumerate(in_axes):
+                if ax is None:
+                    x = first[k]
+                    args.append(x.value if type(x) is Lazy else x)
+                else:
+                    args.append(self._gather(nodes, k))
+            out = self.owner._batched_cell(kind, in_axes)(*args)
+            form = kind.out_form
+            leaves = [out] if form == 1 else out if form == 2 else optree.tree_leaves(out, none_is_leaf=False)
+            batched = True
+        m = len(nodes)
+        s = self.owner._stats
+        for k, arena in enumerate(b.arenas):
+            if arena is not None:
+                base = b.bases[k]
+                v = leaves[k] if batched else np.asarray(leaves[k])[None]
+                arena[base:base + m] = v
+                s["arena_bytes"] += m * arena[0].nbytes
+        b.done = True
+
+
+def _results(results: list) -> list:
+    """The lazy values among ``fn``'s results replaced by their values: views of an arena
+    where the results hold at least half its rows (a tagger's logits: no copy), copies
+    otherwise (a tree's roots: the arena of every state is not kept alive for them)."""
+    flat = [optree.tree_flatten(r, none_is_leaf=False) for r in results]
+    rows: dict = {}
+    for leaves, _ in flat:
+        for v in leaves:
+            if type(v) is Lazy:
+                v.force()
+                a = v.node.batch.arenas[v.k]
+                rows[id(a)] = rows.get(id(a), 0) + 1
+    out = []
+    for leaves, tree in flat:
+        vals = []
+        for v in leaves:
+            if type(v) is Lazy:
+                b = v.node.batch
+                a = b.arenas[v.k]
+                x = a[b.bases[v.k] + v.node.pos, ...]
+                vals.append(x if 2 * rows[id(a)] >= len(a) else x.copy())
+            else:
+                vals.append(v)
+        out.append(optree.tree_unflatten(tree, vals))
+    return out
