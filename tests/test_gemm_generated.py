@@ -199,3 +199,39 @@ def test_generated_product_with_the_cache_off():
     assert out.returncode == 0, out.stderr[-3000:]
     expected = ["rj_gemm_s_nn"] if engine.generated_products() and target.vector_bits() >= 512 else []
     assert f"generated {expected} False" in out.stdout, out.stdout
+
+
+@pytest.mark.skipif(not engine.generated_products() or target.vector_bits() < 512,
+                    reason="the rule sends products to the generated code on AVX-512 hosts")
+@pytest.mark.parametrize("loads", [True, False])
+def test_generated_products_load_at_their_first_call(tmp_path, loads):
+    """A program that may run a generated product compiles or loads it only when a call
+    reaches it: a one-row product (BLAS's gemv) loads nothing, eight rows load the float32
+    product, and its transposed form stays unloaded.  If the load fails (``loads`` False:
+    the loader made to raise), the call runs BLAS instead and gives the same results."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, relaxjax as rj\n"
+        "from relaxjax.backends.llvm import engine\n"
+        + ("" if loads else
+           "def fail(variants):\n    raise RuntimeError('no linker here')\nengine.use_gemms = fail\n") +
+        "f = rj.jit(lambda a, b: a @ b)\n"
+        "rng = np.random.default_rng(0)\n"
+        "b = rng.standard_normal((512, 2048)).astype(np.float32)\n"
+        "seen = []\n"
+        "for m in (1, 8, 8):\n"
+        "    a = rng.standard_normal((m, 512)).astype(np.float32)\n"
+        "    want = a.astype(np.float64) @ b\n"
+        "    assert np.all(np.abs(f(a, b) - want) <= 1e-5 * (np.abs(a) @ np.abs(b)) + 1e-6)\n"
+        "    seen.append(sorted(engine._GEMMS))\n"
+        "print('loaded', seen)\n")
+    env = dict(os.environ, RELAXJAX_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    if loads:
+        assert "loaded [[], ['rj_gemm_s_nn'], ['rj_gemm_s_nn']]" in out.stdout, out.stdout
+    else:
+        assert "loaded [[], [], []]" in out.stdout, out.stdout
+        assert "did not load" in out.stderr and "BLAS runs it" in out.stderr, out.stderr

@@ -44,18 +44,20 @@ BLAS_FUNCTIONS = ("sgemm", "dgemm", "cgemm", "zgemm", "sgemv", "dgemv", "cgemv",
 _GLOBALS: dict = {"rj_num_threads": [NUM_THREADS], "rj_parallel_min_work": [PARALLEL_MIN_WORK],
                   "rj_serial_until": [SERIAL_UNTIL],
                   **{f"rj_blas_{n}": [ctypes.c_void_p(None)] for n in BLAS_FUNCTIONS},
-                  **{gemm.pointer_symbol(v): [ctypes.c_void_p(None)] for v in gemm.VARIANTS}}
+                  **{gemm.pointer_symbol(v): [ctypes.c_void_p(None)] for v in gemm.VARIANTS},
+                  "rj_gemm_loader": [ctypes.c_void_p(None)]}
 _RUNTIME_TEXT = f"""; relaxjax runtime globals, read by generated kernels and segments
 @rj_num_threads = global i32 0
 @rj_parallel_min_work = global i64 {DEFAULT_PARALLEL_MIN_WORK}
 @rj_serial_until = global i64 0
 """ + "".join(f"@rj_blas_{n} = global ptr null\n" for n in BLAS_FUNCTIONS) + \
-    "".join(f"@{gemm.pointer_symbol(v)} = global ptr null\n" for v in gemm.VARIANTS)
+    "".join(f"@{gemm.pointer_symbol(v)} = global ptr null\n" for v in gemm.VARIANTS) + \
+    "@rj_gemm_loader = global ptr null\n"
 _GEMMS: dict = {}          # generated product -> its module, loaded once and kept
 
 # Bump when the machine code can change without the module text changing (optimisation
 # options, linking): part of every persistent-cache key.
-CODEGEN_VERSION = "1"
+CODEGEN_VERSION = "2"
 
 _SEGMENT = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.py_object, ctypes.py_object)
 # Compiled modules are shared while something uses them: an executable holds its module
@@ -116,6 +118,7 @@ def prepare_process() -> None:
     the object layout segments read, libmvec, libgomp (one thread without it) and the
     runtime globals (BLAS pointers)."""
     check_object_layout()
+    _set_global("rj_gemm_loader", ctypes.cast(_GEMM_LOADER, ctypes.c_void_p).value)
     target.libmvec()
     if not target.libgomp():
         set_num_threads(1)
@@ -139,6 +142,28 @@ def _runtime_library() -> None:
             v.value = vs[0].value
             vs.append(v)
         _RUNTIME.append(rt)
+
+
+# The generated products load when a segment first calls one (its runtime pointer still
+# null): the segment calls ``rj_gemm_loader`` with the product's index in ``gemm.VARIANTS``, which compiles
+# or loads it (``use_gemms``) and sets the pointer; a product no call reaches costs nothing
+# (the batch-1 decode step never runs its transposed float32 product: 0.5 s of a cold
+# start).  A load that fails leaves the pointer null, and the segment calls BLAS instead.
+_GEMMS_FAILED: set = set()  # products whose load failed: BLAS runs them, no second try
+
+
+def _load_gemm(index: int) -> None:
+    v = gemm.VARIANTS[index]
+    if v in _GEMMS_FAILED:
+        return
+    try:
+        use_gemms([v])
+    except Exception as e:             # (a ctypes callback cannot raise: the segment falls back)
+        _GEMMS_FAILED.add(v)
+        log.warning("relaxjax: the generated product %s did not load (%s); BLAS runs it", v, e)
+
+
+_GEMM_LOADER = ctypes.CFUNCTYPE(None, ctypes.c_int32)(_load_gemm)
 
 
 def use_gemms(variants) -> None:

@@ -390,7 +390,6 @@ class SegmentEmitter(KernelEmitter):
                 gemm_rule.may_use_generated(letter, target.vector_bits(), *(
                     int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)), batched=True):
             # one call of the generated product over the whole batch, where the rule says
-            ptr = self._generated_product(letter, ta, tb)
             count = self._expr(total)
             use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, target.vector_bits(),
                                           M, N, K, batch=count)
@@ -398,7 +397,7 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br i1 {use}, label %{gen}, label %{loop}")
             fn.start_block(gen)
             sa, sb, sc = (self._expr(x) for x in strides)
-            g = fn.val("ptr", f"load ptr, ptr {ptr}")
+            g = self._generated_product(letter, ta, tb, loop)
             fn.emit(f"call void {g}(i64 {count}, i64 {sa}, i64 {sb}, i64 {sc}, i64 {M}, i64 {N}, i64 {K}, "
                     f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc}, ptr null, ptr null)")
             fn.emit(f"br label %{skip}")
@@ -450,14 +449,29 @@ class SegmentEmitter(KernelEmitter):
             fn.emit(f"br label %{skip}")
             fn.start_block(skip)
 
-    def _generated_product(self, letter: str, ta: bool, tb: bool) -> str:
-        """The runtime global holding the generated product of this type and these
-        transposes (``gemm.pointer_symbol``), which the executable then loads."""
+    def _generated_product(self, letter: str, ta: bool, tb: bool, fallback: str) -> str:
+        """The address of the generated product of this type and these transposes, read
+        from its runtime global (``gemm.pointer_symbol``); null there (its first call in
+        this process), the loader (``engine.rj_gemm_loader``, given its index in
+        ``gemm.VARIANTS``) compiles or loads it first, and
+        if that failed the code goes to ``fallback`` (BLAS)."""
+        fn = self.fn
         variant = gemm.gemm_symbol(letter, ta, tb)
         self.gemms_used.add(variant)
         ptr = "@" + gemm.pointer_symbol(variant)
         self.helpers_used.add(f"{ptr} = external global ptr")
-        return ptr
+        self.helpers_used.add("@rj_gemm_loader = external global ptr")
+        first = fn.val("ptr", f"load ptr, ptr {ptr}")
+        here = fn.block
+        ready, load = fn.label("gready"), fn.label("gload")
+        fn.emit(f"br i1 {fn.val('i1', f'icmp eq ptr {first}, null')}, label %{load}, label %{ready}")
+        fn.start_block(load)
+        loader = fn.val("ptr", "load ptr, ptr @rj_gemm_loader")
+        fn.emit(f"call void {loader}(i32 {gemm.VARIANTS.index(variant)})")
+        loaded = fn.val("ptr", f"load ptr, ptr {ptr}")
+        fn.emit(f"br i1 {fn.val('i1', f'icmp eq ptr {loaded}, null')}, label %{fallback}, label %{ready}")
+        fn.start_block(ready)
+        return fn.val("ptr", f"phi ptr [ {first}, %{here} ], [ {loaded}, %{load} ]")
 
     def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc,
                    epilogue=None) -> None:
@@ -477,12 +491,11 @@ class SegmentEmitter(KernelEmitter):
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
         if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known):
-            ptr = self._generated_product(letter, ta, tb)
             gen, lib = fn.label("gen"), fn.label("blas")
             use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
             fn.start_block(gen)
-            g = fn.val("ptr", f"load ptr, ptr {ptr}")
+            g = self._generated_product(letter, ta, tb, lib)
             epi = "ptr null, ptr null"
             if epilogue is not None:        # (tile function, its argument array, the flag)
                 epi = f"ptr {epilogue[0]}, ptr {epilogue[1]}"

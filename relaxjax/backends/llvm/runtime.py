@@ -20,7 +20,7 @@ from ..executable import Executable
 from . import runner_memory, stored
 from .buffer_pool import POOL
 from .engine import (_NATIVE_FAILED, compile_llvm, generated_products, kernel_code, log,
-                     module_with_kernels, native_code, prepare_process, use_gemms)
+                     module_with_kernels, native_code, prepare_process)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.analysis import inplace_input
@@ -170,7 +170,6 @@ class LLVMExecutable(Executable):
         """Emit the module and compile it: in memory (MCJIT), or with ``self.native`` as a
         shared library through the persistent cache.  Returns its text, for inspection."""
         text, self.fallible, natives, self.gemms = self._module_text()
-        use_gemms(self.gemms)
         for sym, addr in natives.items():
             llvm.add_symbol(sym, addr)
         # native library functions are process addresses: such segments stay in memory (MCJIT)

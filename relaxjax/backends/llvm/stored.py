@@ -18,7 +18,7 @@ import pickle
 
 from ...ir import regions
 from . import runner_memory
-from .engine import SharedModule, load_shared, machine_code_key, native_code, prepare_process, use_gemms
+from .engine import SharedModule, load_shared, machine_code_key, native_code, prepare_process
 from .host import HostOp, Segment, python_library
 from .native_loop import LLVMControlFlow
 
@@ -100,8 +100,7 @@ def _restore(cls, state: dict):
     exe.dim_names = state["dim_names"]
     exe.dim_slot = {n: k for k, n in enumerate(exe.dim_names)}
     exe.native, exe.fallible, exe._llvm_ir = True, state["fallible"], None
-    exe.gemms = state["gemms"]
-    use_gemms(exe.gemms)                    # before its segments can call them
+    exe.gemms = state["gemms"]              # (loaded at their first call, as when compiled)
     exe.segment_module = load_shared(*state["library"])
     exe.control = {}
     for b, inner in state["control"]:
