@@ -50,13 +50,7 @@ def test_linalg_gradients_match_finite_differences(case, n, batch, seed):
     B = rng.standard_normal(batch + (n, 2))
     W = rng.standard_normal(batch + (n, n))
     f, f_np, x = CASES[case](A, B, W)
-    want = _fd(f_np, x)
-    scale = max(1.0, np.abs(want).max())
-    np.testing.assert_allclose(rj.grad(f)(x), want, rtol=1e-5, atol=1e-6 * scale)
-    # forward mode (reverse mode twice) along a random direction
-    t = rng.standard_normal(x.shape)
-    _, tan = rj.jvp(f, (x,), (t,))
-    np.testing.assert_allclose(tan, (want * t).sum(), rtol=1e-5, atol=1e-6 * scale * np.abs(t).sum())
+    _check_both_modes(f, f_np, x, rng)
 
 
 def _sign_free(u, vh, w1, w2, xp):
@@ -93,6 +87,8 @@ SQUARE = {
 
 
 def _check_both_modes(f, f_np, x, rng):
+    """The gradient against central differences, and forward mode (reverse mode twice)
+    along a random direction."""
     want = _fd(f_np, x)
     scale = max(1.0, np.abs(want).max())
     np.testing.assert_allclose(rj.grad(f)(x), want, rtol=1e-5, atol=1e-6 * scale)

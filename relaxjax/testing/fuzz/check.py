@@ -53,6 +53,14 @@ def _compare(got, want, prog):
             raise AssertionError(f"output {k}: {e}") from None
 
 
+def _failure(e: Exception, what: str, than: str, prog, arrays, dims, backend, mode) -> Failure:
+    """The :class:`Failure` for ``e`` (a difference, or an error) on ``what``."""
+    kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
+    msg = (f"{what} {kind}{than}: {e}\n"
+           f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
+    return Failure(msg, prog, arrays, dims, backend, mode)
+
+
 def targets(backends=None, modes=("explicit", "auto")) -> list:
     bs = available_backends() if backends is None else list(backends)
     return [(b, m) for b in bs for m in modes]
@@ -79,10 +87,8 @@ def check_program(prog: Program, input_sets: list, backends=None, modes=("explic
                     got = jits[key](*arrays)
                 _compare(got, want, prog)
             except Exception as e:
-                kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
-                msg = (f"{backend} backend, {mode} mode {kind}: {e}\n"
-                       f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
-                raise Failure(msg, prog, arrays, dims, backend, mode) from e
+                raise _failure(e, f"{backend} backend, {mode} mode", "", prog, arrays, dims,
+                               backend, mode) from e
 
 
 def check_gradient(prog: Program, input_sets: list, backends=None) -> None:
@@ -116,10 +122,8 @@ def check_gradient(prog: Program, input_sets: list, backends=None) -> None:
                     got = grads[backend](*arrays)
                 _compare(got, want, prog)
             except Exception as e:
-                kind = "differs" if isinstance(e, AssertionError) else f"raised {type(e).__name__}"
-                msg = (f"the gradient on the {backend} backend {kind} from the numpy backend's: {e}\n"
-                       f"dims: {dims}; input shapes: {[a.shape for a in arrays]}\n{prog}")
-                raise Failure(msg, prog, arrays, dims, backend, "auto") from e
+                raise _failure(e, f"the gradient on the {backend} backend", " from the numpy backend's",
+                               prog, arrays, dims, backend, "auto") from e
 
 
 def search(strategy, check, n: int, *, seed=None, database=None, shrink: bool = False,
