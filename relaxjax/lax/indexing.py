@@ -386,11 +386,12 @@ def _scatter_vjp(ct, x, idx, updates, *, out, axis, mode, oob):
     if mode == "mul":
         zero = au.bind("eq", updates, au.const(updates, 0))
         f = lambda t: au.bind("convert", t, dtype=updates.dtype, weak=False)     # noqa: E731
-        nonzero = scatter.bind(au.bind("broadcast_to", au.const(x, 1), shape=tuple(x.type.shape)), idx,
-                               au.bind("select", zero, au.const(updates, 1), updates), axis=axis,
-                               mode="mul", oob=oob)
-        zeros = gather(spread(f(zero)))                  # zeros among the updates at each position
-        nz = gather(nonzero)
+        # at each position: the product of its nonzero updates, and how many were zero
+        products = scatter.bind(au.bind("broadcast_to", au.const(x, 1), shape=tuple(x.type.shape)), idx,
+                                au.bind("select", zero, au.const(updates, 1), updates), axis=axis,
+                                mode="mul", oob=oob)
+        zeros = gather(spread(f(zero)))
+        nz = gather(products)
         others = au.bind("select", zero, au.bind("select", au.bind("eq", zeros, au.const(zeros, 1)), nz,
                                                    au.const(nz, 0)),
                          au.bind("select", au.bind("eq", zeros, au.const(zeros, 0)),
