@@ -51,6 +51,23 @@ def test_map_blocks_over_ragged_chunks_compiles_once(rows, cols, chunk, seed):
     assert f.cache_info().compiles == 1
 
 
+@given(rows=st.integers(1, 120), cols=st.integers(1, 17), chunk=st.integers(1, 50), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=8, deadline=None)
+def test_xarray_apply_ufunc_parallelized_compiles_once(rows, cols, chunk, seed):
+    """``xarray.apply_ufunc(f, arr, dask="parallelized")`` with a jitted ``f`` unchanged,
+    elementwise and with a core dimension: NumPy's results, one compile for every chunk."""
+    xr = pytest.importorskip("xarray")
+    x = np.random.default_rng(seed).standard_normal((rows, cols))
+    f = rj.jit(lambda v: rnp.tanh(v) * 2.0 + v.mean(axis=-1, keepdims=True))
+    arr = xr.DataArray(da.from_array(x, chunks=(chunk, cols)), dims=("t", "s"))
+    want = np.tanh(x) * 2.0 + x.mean(axis=-1, keepdims=True)
+    for kw in ({"output_dtypes": [np.float64]}, {"input_core_dims": [["s"]], "output_core_dims": [["s"]]}):
+        got = xr.apply_ufunc(f, arr, dask="parallelized", **kw).compute(scheduler="threads")
+        assert got.dims == ("t", "s")
+        np.testing.assert_allclose(got.values, want, rtol=1e-12, atol=1e-12)
+    assert f.cache_info().compiles == 1
+
+
 def test_jitted_functions_pickle_as_function_and_options():
     f = rj.jit(lambda x, k: rnp.tanh(x) * k, static_argnums=1, donate_argnums=0)
     x = np.random.default_rng(0).standard_normal((4, 3))
