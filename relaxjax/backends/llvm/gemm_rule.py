@@ -10,11 +10,14 @@ from __future__ import annotations
 # - fewer than 2**19 multiply-adds (64**3 and less): BLAS, whose call costs less;
 # - shallow (K <= 64) with more than a micro-tile's columns (N > 64): generated, float32
 #   and float64 (attention's q @ k.T: 1.1-2.2x BLAS);
-# - short (2 <= M <= 32 rows) with N > 64: generated (a decode-sized batch: with the short
+# - short (2 <= M <= 48 rows) with N > 64: generated (a decode-sized batch: with the short
 #   micro-tiles and B prefetched, float32 1.5-3.4x OpenBLAS, float64 1.1-3x) where B is
 #   within 8 MiB; past that, B streams from memory, and float32 products of up to 16 rows
 #   stay generated (8 x 8192 @ 8192 x 8192: 49 against 30 GFLOP/s), the rest are BLAS's
-#   (32 rows of float32, float64: OpenBLAS 1.2-1.4x);
+#   (32 rows of float32, float64: OpenBLAS 1.2-1.4x).  Up to 48 rows (session 12, on the
+#   products of W4 and the decoder, 512 x 2048, 2048 x 512, 384 x 1152, 1536 x 384): 36-40
+#   rows 1.25-1.55x, 48 rows 1.06-1.45x (float64 at 2048 x 512 even); at 56 float64's
+#   512 x 2048 loses 7 %, at 64 float32's 5-10 %: BLAS's from 49 rows on;
 # - a batch of products in one call (``batch`` >= 2, from 16**3 to 2**26 multiply-adds
 #   each, more than one row): generated, its threads over the products' tiles where a loop
 #   of BLAS calls forks per product or runs each on one core (float32, 2 threads: 128 x
@@ -27,7 +30,7 @@ MIN_GENERATED_MACS = 1 << 19
 BATCHED_MIN_MACS = 1 << 12
 BATCHED_MAX_MACS = 1 << 26
 SHALLOW_K = 64
-SHORT_M = 32
+SHORT_M = 48
 SHORT_MAX_B_BYTES = 8 << 20
 STREAM_M = 16
 NARROW_N = 64
