@@ -11,15 +11,23 @@ Workloads (``examples/autobatch_models.py``, float32, seed 0; ``examples/`` is p
 64 random binary trees with SST-like sizes; ``bilstm``, a BiLSTM tagger (embeddings 64,
 hidden 128, 16 tags) over 64 sentences of lognormal lengths (about 20 words); ``lattice``,
 a lattice LSTM (embeddings 64, hidden 128) over 64 random lattices (a character chain with
-words of 2-4 characters: three cells).  Peers, per workload:
+words of 2-4 characters: three cells); ``exits``, an early-exit classifier (Berxit-like:
+12 residual layers of width 128, after each a 4-class head; an instance exits at the first
+layer whose top class probability exceeds 0.9, after about 6 layers on average), written as
+a generator that yields the confidence.  Peers, per workload:
 
 - ``numpy``: the model's NumPy twin, one instance at a time (eager);
-- ``rj.jit``: the model's ``@rj.jit`` cells called one instance at a time (no batching);
+- ``rj.jit``: the model's ``@rj.jit`` cells called one instance at a time (no batching; for
+  ``exits``, the plain-function version testing ``float(conf)``);
 - ``by hand``: NumPy batched by hand (the TreeLSTM level by level, the tagger step by step
-  over the sentences still running, longest first); none for the lattice;
+  over the sentences still running, longest first, the classifier layer by layer over the
+  instances not exited yet); none for the lattice;
 - ``torch``: the NumPy twin's math on torch tensors, eager, one instance at a time, in a
   process of ``--torch-python`` (skipped without it or where torch does not import);
-- ``autobatch <policy>``: ``rj.autobatch(model, policy)`` with the memory layout on.
+- ``autobatch <policy>``: ``rj.autobatch(model, policy)`` with the memory layout on (for
+  ``exits``, the generator: every instance suspended at its test, one flush per layer);
+- ``autobatch <policy> float()`` (``exits`` only): the plain-function version autobatched,
+  each ``float(conf)`` running everything recorded so far (one instance's nodes at a time).
 
 Each thread count runs in a fresh worker process (``*_NUM_THREADS``, relaxjax's
 ``set_num_threads``, pinned when the machine has more cores; ``workers.run_cold_worker``).
@@ -48,10 +56,10 @@ from workers import run_cold_worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-WORKLOADS = ("tree", "bilstm", "lattice")
+WORKLOADS = ("tree", "bilstm", "lattice", "exits")
 POLICIES = ("depth", "agenda", "fsm")
 FULL = {"tree": dict(hidden=256, count=64), "bilstm": dict(hidden=128, count=64),
-        "lattice": dict(hidden=128, count=64)}
+        "lattice": dict(hidden=128, count=64), "exits": dict(hidden=128, count=64)}
 QUICK = {name: dict(hidden=16, count=16) for name in WORKLOADS}
 NOISY = 0.3
 TOLERANCE = 1e-3
@@ -70,6 +78,9 @@ def workload(name: str, quick: bool, dtype=np.float32):
 def max_err(name: str, got, want) -> float:
     if name == "bilstm":
         return max(float(np.abs(np.asarray(a, np.float64) - b).max()) for g, w in zip(got, want) for a, b in zip(g, w))
+    if name == "exits":                       # an instance exiting elsewhere: an infinite error
+        return max(float(np.abs(np.asarray(g[1], np.float64) - w[1]).max()) if g[0] == w[0] else float("inf")
+                   for g, w in zip(got, want))
     return max(float(np.abs(np.asarray(g, np.float64) - w).max()) for g, w in zip(got, want))
 
 
@@ -100,11 +111,15 @@ def worker_relaxjax(a) -> list:
         base = dict(workload=name, instances=len(w.instances), nodes=nodes)
 
         peers = [("numpy", lambda: [w.numpy(x) for x in w.instances], None)]
-        peers.append(("rj.jit", lambda: [w.fn(x) for x in w.instances], None))
+        one = w.flushing or w.fn               # a plain function (exits: fn is a generator)
+        peers.append(("rj.jit", lambda: [one(x) for x in w.instances], None))
         if w.by_hand is not None:
             peers.append(("by hand", lambda: w.by_hand(w.instances), None))
         for policy in POLICIES:
-            peers.append((f"autobatch {policy}", None, policy))
+            peers.append((f"autobatch {policy}", w.fn, policy))
+        if w.flushing is not None:
+            for policy in POLICIES:
+                peers.append((f"autobatch {policy} float()", w.flushing, policy))
         for peer, fn, policy in peers:
             row = dict(base, peer=peer)
             if policy is None:
@@ -113,7 +128,8 @@ def worker_relaxjax(a) -> list:
                 if peer == "rj.jit":
                     row["compiles"] = sum(c.cache_info().compiles for c in w.cells) - sum(before)
             else:
-                b = rj.autobatch(w.fn, policy=policy)
+                model = fn
+                b = rj.autobatch(model, policy=policy)
                 marks = []
                 out, first, best = timed(lambda: (b(w.instances), marks.append(b.stats()))[0], a.repeats)
                 s0, s = marks[0], marks[-1]                # after the first pass, after the last
@@ -125,11 +141,11 @@ def worker_relaxjax(a) -> list:
                            run_us=1e6 * d["run_s"] / nodes, first_batches=s0["batches"])
                 if policy == "fsm":
                     row["fsm_states"], row["fsm_fallbacks"] = s["fsm_states"], s["fsm_fallbacks"]
-                flat = rj.autobatch(w.fn, policy=policy, layout=False, policy_file=None)
+                flat = rj.autobatch(model, policy=policy, layout=False, policy_file=None)
                 if policy == "fsm":                       # the same learned table, no layout
                     path = os.path.join(os.path.dirname(a.worker_out), f"fsm-{name}.json")
                     b.save_policy(path)
-                    flat = rj.autobatch(w.fn, policy="fsm", layout=False, policy_file=path)
+                    flat = rj.autobatch(model, policy="fsm", layout=False, policy_file=path)
                 flat(w.instances)
                 row["gather_kb_no_layout"] = flat.stats()["gather_bytes"] / 1024
             row.update(first_s=first, best_ms=1e3 * best, max_err=max_err(name, out, want))
@@ -148,7 +164,8 @@ def worker_torch(a) -> list:
         w = workload(name, a.quick)
         w64 = workload(name, a.quick, np.float64)
         want = [w64.numpy(x) for x in w64.instances]
-        p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in w.params.items()}
+        if name != "exits":
+            p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in w.params.items()}
         if name == "tree":
             def one(t):
                 def go(t):
@@ -160,6 +177,13 @@ def worker_torch(a) -> list:
         elif name == "bilstm":
             def one(s):
                 return m.bilstm(s, p, lambda *x: m.lstm_math(*x, torch), lambda *x: m.tag_math(*x, torch))
+        elif name == "exits":
+            p = {k: [torch.from_numpy(np.ascontiguousarray(v)) for v in vs] for k, vs in w.params.items()}
+
+            def one(x):
+                return m.early_exit_flushing(torch.from_numpy(x), p, m.EXIT_THRESHOLD,
+                                             (lambda *a: m.exit_layer_math(*a, torch),
+                                              lambda *a: m.exit_head_math(*a, torch)))
         else:
             def one(x):
                 return m.lattice(x, p, (lambda *x: m.lstm_math(*x, torch), lambda *x: m.word_math(*x, torch),
@@ -167,6 +191,8 @@ def worker_torch(a) -> list:
         out, first, best = timed(lambda: [one(x) for x in w.instances], a.repeats)
         if name == "bilstm":
             out = [[t.numpy() for t in o] for o in out]
+        elif name == "exits":
+            out = [(k, t.numpy()) for k, t in out]
         else:
             out = [o.numpy() for o in out]
         rows.append(dict(workload=name, peer="torch", instances=len(w.instances), nodes=w.nodes(),

@@ -10,7 +10,13 @@ oracle, and for some a hand-batched NumPy version (what a user writes by hand).
 * ``lattice``: a lattice LSTM (Zhang & Yang 2018, simplified) over random DAGs: a chain of
   characters and random lexicon words spanning 2-4 characters; a word cell runs from its
   first character's state, and the character where a word ends merges the word's cell
-  state through a gate (a third cell).  At most one word ends at a character.
+  state through a gate (a third cell).  At most one word ends at a character;
+* ``exits``: an early-exit classifier (Berxit-like): a stack of residual layers, after each
+  a cheap classifier head whose top class probability is the confidence; an instance exits
+  at the first layer where it exceeds a threshold.  ``fn`` is a generator (it yields the
+  confidence and is resumed with its value, so ``rj.autobatch`` suspends the instance while
+  the others catch up); ``flushing`` is the same model testing ``float(conf)`` (each test
+  runs everything recorded so far).
 
 Each ``make_*(rng, hidden, count, dtype)`` returns a :class:`Workload`.  Why a module: the
 tests check the autobatched results against ``numpy`` on hypothesis-drawn instances and
@@ -45,6 +51,7 @@ class Workload:
     cells: tuple = ()                  # the cells fn calls (compile counts)
     count_nodes: Callable | None = None   # cell calls for one instance
     params: dict | None = None
+    flushing: Callable | None = None   # exits: the model testing float(conf) instead of yielding
 
     def nodes(self) -> int:
         """Cell calls per pass over the instances."""
@@ -256,7 +263,94 @@ def make_lattice(rng, hidden: int = 128, count: int = 64, dtype=np.float32, leng
                     (char_cell, word_cell, merge_cell), lambda x: len(x[0]) + len(x[1]), p)
 
 
-WORKLOADS = {"tree": make_tree, "bilstm": make_bilstm, "lattice": make_lattice}
+# ------------------------------------------------------------------ early-exit classifier
+def exit_layer_math(h, w, b, xp):
+    return h + xp.tanh(h @ w + b)
+
+
+def exit_head_math(h, w, b, xp):
+    """The layer's logits and confidence (the top class's probability); batched or not."""
+    logits = h @ w + b
+    e = xp.exp(logits - xp.amax(logits, axis=-1, keepdims=True))      # amax: torch's max is not numpy's
+    return logits, xp.amax(e, axis=-1) / xp.sum(e, axis=-1)
+
+
+@rj.jit
+def exit_layer(h, w, b):
+    return exit_layer_math(h, w, b, rnp)
+
+
+@rj.jit
+def exit_head(h, w, b):
+    return exit_head_math(h, w, b, rnp)
+
+
+def early_exit(x, p, threshold: float):
+    """One instance (a vector), a generator: (the layer it exits after, that layer's logits).
+    After each layer it yields the head's confidence and waits for its value."""
+    for k in range(len(p["w"])):
+        x = exit_layer(x, p["w"][k], p["b"][k])
+        logits, conf = exit_head(x, p["wh"][k], p["bh"][k])
+        if (yield conf) > threshold:
+            return k, logits
+    return k, logits
+
+
+def early_exit_flushing(x, p, threshold: float, cells=(exit_layer, exit_head)):
+    """The same model as a plain function: ``float(conf)`` (with the NumPy cells, the oracle;
+    with the jitted ones under ``rj.autobatch``, a flush of everything recorded so far)."""
+    layer, head = cells
+    for k in range(len(p["w"])):
+        x = layer(x, p["w"][k], p["b"][k])
+        logits, conf = head(x, p["wh"][k], p["bh"][k])
+        if float(conf) > threshold:
+            return k, logits
+    return k, logits
+
+
+def early_exit_numpy(x, p, threshold: float):
+    return early_exit_flushing(x, p, threshold, (lambda *a: exit_layer_math(*a, np),
+                                                 lambda *a: exit_head_math(*a, np)))
+
+
+def early_exit_by_hand(xs, p, threshold: float):
+    """All instances at once, layer by layer over the instances not exited yet (NumPy)."""
+    h, live = np.stack(xs), np.arange(len(xs))
+    out = [None] * len(xs)
+    last = len(p["w"]) - 1
+    for k in range(last + 1):
+        h = exit_layer_math(h, p["w"][k], p["b"][k], np)
+        logits, conf = exit_head_math(h, p["wh"][k], p["bh"][k], np)
+        done = conf > threshold if k < last else np.ones(len(live), bool)
+        for i, row in zip(live[done], logits[done]):
+            out[i] = (k, row)
+        h, live = h[~done], live[~done]
+    return out
+
+
+def exit_params(rng, hidden: int, layers: int, classes: int, dtype) -> dict:
+    """Per layer (lists: one array object per layer, passed once to a batch): the layer's
+    weights and its head's; the heads sharpen with depth, so deeper layers are more confident."""
+    return {"w": [_w(rng, dtype, hidden, hidden) for _ in range(layers)],
+            "b": [np.zeros(hidden, dtype) for _ in range(layers)],
+            "wh": [(_w(rng, dtype, hidden, classes) * (0.5 + k / 6)).astype(dtype) for k in range(layers)],
+            "bh": [np.zeros(classes, dtype) for _ in range(layers)]}
+
+
+EXIT_THRESHOLD = 0.9
+
+
+def make_exits(rng, hidden: int = 128, count: int = 64, dtype=np.float32, layers: int = 12, classes: int = 4,
+               threshold: float = EXIT_THRESHOLD) -> Workload:
+    p = exit_params(rng, hidden, layers, classes, dtype)
+    xs = [rng.standard_normal(hidden).astype(dtype) for _ in range(count)]
+    return Workload("exits", xs, lambda x: early_exit(x, p, threshold), lambda x: early_exit_numpy(x, p, threshold),
+                    lambda xs: early_exit_by_hand(xs, p, threshold), (exit_layer, exit_head),
+                    lambda x: 2 * (early_exit_numpy(x, p, threshold)[0] + 1), p,
+                    lambda x: early_exit_flushing(x, p, threshold))
+
+
+WORKLOADS = {"tree": make_tree, "bilstm": make_bilstm, "lattice": make_lattice, "exits": make_exits}
 
 
 def main(small: bool) -> None:
@@ -268,8 +362,16 @@ def main(small: bool) -> None:
             b = rj.autobatch(w.fn, policy=policy)
             got = b(w.instances)
             for g, x in zip(got, w.instances):
-                np.testing.assert_allclose(np.asarray(g), np.asarray(w.numpy(x)), rtol=1e-9, atol=1e-9)
+                want = w.numpy(x)
+                if name == "exits":
+                    assert g[0] == want[0]
+                    g, want = g[1], want[1]
+                np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-9, atol=1e-9)
             row.append(f"{policy} {b.stats()['batches']}")
+            if w.flushing is not None:
+                f = rj.autobatch(w.flushing, policy=policy)
+                f(w.instances)
+                row[-1] += f" ({f.stats()['batches']} testing float())"
         print(f"{name}: {len(w.instances)} instances, {w.nodes()} cell calls; batches: {', '.join(row)}")
 
 

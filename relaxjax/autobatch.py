@@ -10,8 +10,8 @@ While ``fn`` runs, a cell call does not compute: it records a *node* (the cell, 
 arguments) and returns *lazy* results (:class:`Lazy`), whose shapes come from tracing the
 cell once per argument signature (a *kind*: cell, argument tree, each leaf's shape and
 dtype).  A node's depth is computed inline, one more than its deepest pending argument's.
-When a value is needed (``fn`` returned for every instance, or a lazy value is used as a
-number: ``float(p)``), every pending node runs, planned first as a whole:
+When a value is needed (``fn`` returned or suspended for every instance, or a lazy value is
+used as a number: ``float(p)``), every pending node runs, planned first as a whole:
 
 * types: the nodes of one kind, split by the weights they pass (an argument position where
   every object is passed by two instances or more, such as a forward and a backward LSTM's
@@ -33,16 +33,30 @@ so one compile serves every batch of every size (coarse grain: the whole cell, f
 by op).  The values returned are views of an arena where they fill at least half of it
 (nothing copied), else copies (so a few results do not keep every intermediate alive).
 
-Not here yet (issue 21's later steps): suspending an instance at a data-dependent test
-while the others run ahead (such a test runs everything recorded so far, so the result is
-still what ``fn`` computes instance by instance, batched less), and reading operands through
-index arrays inside the generated kernels instead of gathering them on the host.
+Early exits (data-dependent control flow): ``fn`` may be a generator function, as ACRoBat
+suspends an instance in a fiber at such a test.  ``v = yield lazy`` (or a pytree of lazy
+values) suspends the instance until the value is computed and resumes it with it (a NumPy
+array, a copy it may write; a pytree of them), so ``if (yield head(h)) > 0.9: return h``
+exits early.  The instances run round-robin: every instance runs until it yields or returns,
+then one flush runs all that they recorded (every suspended instance's nodes batched
+together) and each is resumed with its values, round after round until all have returned
+(``stats()["rounds"]``).  A generator's return value is its result; ``yield from`` a
+sub-generator works; an ``fn`` that returns a plain value for some instances (or a generator
+that never yields) mixes with the rest.  Anything else yielded (a number, an array, a
+pytree with such leaves, None) is a ``TypeError`` naming it, the suspended generators
+closed.  A plain ``fn`` that uses a lazy value as a number instead (``float(p)``) runs
+everything recorded so far at that point: the same results, batched less (the later
+instances are not recorded yet).
+
+Not here yet (issue 21's later steps): reading operands through index arrays inside the
+generated kernels instead of gathering them on the host.
 """
 from __future__ import annotations
 
 import gc
 import os
 import time
+from types import GeneratorType
 from typing import Callable, Sequence
 
 import optree
@@ -85,7 +99,7 @@ class AutoBatched:
         self._labels: set = set()
         self._cells: dict = {}                # (kind, in_axes) -> the jitted vmapped cell
         self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "arena_bytes",
-                                     "operands_sliced", "operands_gathered"), 0)
+                                     "operands_sliced", "operands_gathered", "rounds"), 0)
         self._stats.update(record_s=0.0, plan_s=0.0, run_s=0.0)
 
     def __call__(self, instances: Sequence) -> list:
@@ -106,10 +120,7 @@ class AutoBatched:
         try:
             flushed = s["plan_s"] + s["run_s"]
             t0 = time.perf_counter()
-            results = []
-            for x in instances:
-                run.starts.append(len(run.pending))
-                results.append(self.fn(x))
+            results = self._drive(run, instances)
             s["record_s"] += time.perf_counter() - t0 - (s["plan_s"] + s["run_s"] - flushed)
             _CALL_HOOK.clear()
             run.flush()
@@ -123,13 +134,75 @@ class AutoBatched:
         self._stats["instances"] += len(instances)
         return out
 
+    def _drive(self, run: _Run, instances: list) -> list:
+        """Record ``fn`` on every instance; the results, lazy values among them.  A
+        generator (``fn`` a generator function) runs until it yields; then, once every
+        instance has yielded or returned (a *round*), one flush runs all that is pending and
+        each suspended generator is resumed with its values, round after round."""
+        results = [None] * len(instances)
+        waiting = []                # (instance, generator, the lazy value or leaves, None or tree)
+        s = self._stats
+        now: list = []
+        try:
+            for i, x in enumerate(instances):
+                run.starts.append(len(run.pending))
+                r = self.fn(x)
+                if isinstance(r, GeneratorType):
+                    self._step(run, i, r, None, results, waiting)
+                else:
+                    results[i] = r
+            while waiting:
+                s["rounds"] += 1
+                run.flush()
+                now, waiting = waiting, []
+                for i, g, y, tree in now:
+                    run.starts.append(len(run.pending))
+                    if tree is None:          # one lazy value
+                        sent = y.force().copy()
+                    else:
+                        sent = optree.tree_unflatten(tree, [v.force().copy() for v in y])
+                    self._step(run, i, g, sent, results, waiting)
+        except BaseException:                 # the suspended generators closed (their finally blocks run)
+            for _, g, _, _ in now + waiting:
+                g.close()
+            raise
+        return results
+
+    def _step(self, run: _Run, i: int, g: GeneratorType, sent, results: list, waiting: list) -> None:
+        """Resume instance ``i``'s generator with ``sent`` (None: start it) up to its next
+        yield (it waits) or its return (its result)."""
+        try:
+            y = g.send(sent)
+        except StopIteration as stop:
+            results[i] = stop.value
+            return
+        if type(y) is Lazy and y.run is run:
+            waiting.append((i, g, y, None))
+            return
+        if y is None:
+            g.close()
+            raise TypeError(f"autobatch: instance {i} yielded None (a bare `yield`?); yield a lazy value "
+                            f"(a cell's result) or a pytree of them")
+        leaves, tree = optree.tree_flatten(y, none_is_leaf=False)
+        for v in leaves:
+            if type(v) is not Lazy:
+                g.close()
+                what = type(v).__name__ if v is y else f"{type(y).__name__} holding a {type(v).__name__}"
+                raise TypeError(f"autobatch: instance {i} yielded {what} ({_short(v)}); yield a lazy value "
+                                f"(a cell's result) or a pytree of them")
+            if v.run is not run:
+                g.close()
+                raise ValueError(f"autobatch: instance {i} yielded a lazy value of another autobatch call")
+        waiting.append((i, g, leaves, tree))
+
     def stats(self) -> dict:
         """Totals over the calls so far: instances; nodes recorded; batches launched;
         ``gather_bytes``, bytes copied to build batch operands (``operands_gathered`` of them;
         ``operands_sliced`` were read as views of an arena); ``arena_bytes``, results copied
         into the arenas; ``compiles`` of the batched cells (one per cell and argument layout,
         whatever the batch sizes); seconds spent recording (running ``fn``: ``record_s``),
-        planning (``plan_s``) and running batches (``run_s``); for the fsm policy,
+        planning (``plan_s``) and running batches (``run_s``); ``rounds``, the flushes that
+        resumed suspended generators (``fn`` a generator function); for the fsm policy,
         ``fsm_states`` in its table, ``fsm_episodes`` trained and ``fsm_fallbacks`` (choices
         left to the agenda's rule: states the table does not hold)."""
         out = dict(self._stats, compiles=sum(f.cache_info().compiles for f in self._cells.values()))
@@ -181,6 +254,11 @@ class AutoBatched:
                     return cell.fun(*args, **kwargs)
             f = self._cells[key] = jit(vmap(flat, in_axes=in_axes))
         return f
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True,
