@@ -1,8 +1,9 @@
 """Derivatives of gathers and updates: ``x[idx]`` (duplicates and negative indices),
 ``x[i]`` with a traced index in a loop, ``lax.dynamic_slice`` / ``dynamic_update_slice``,
-``x.at[idx].add`` / ``.set`` (indices out of range dropped), ``x.at[a:b].set`` -- against
-central finite differences of NumPy in float64 over hypothesis-drawn shapes and indices,
-on every backend."""
+``x.at[idx].add`` / ``.set`` / ``.multiply`` / ``.min`` / ``.max`` (indices out of range
+dropped or clipped), ``x.at[a:b].set``, ``take_along_axis``, boolean masks -- gradients
+against central finite differences of NumPy in float64 over hypothesis-drawn shapes and
+indices, on every backend, and forward mode along a random direction."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,12 +19,25 @@ SIZES = st.one_of(st.sampled_from([1, 2, 3, 5, 7]), st.integers(1, 11))
 
 
 def check(f, f_np, args, argnums=(0,), rtol=1e-5, atol=1e-6):
+    """The gradient against central differences on every backend, and forward mode
+    (``jvp``, reverse mode twice) along a random direction of each argument."""
+    wants = {k: numeric_grad(f_np, args, k) for k in argnums}
     for b in BACKENDS:
         got = rj.jit(rj.grad(f, argnums=argnums), backend=b)(*args)
         for k, g in zip(argnums, got):
-            want = numeric_grad(f_np, args, k)
+            want = wants[k]
             np.testing.assert_allclose(g, want, rtol=rtol, atol=atol * (1 + np.abs(want).max(initial=0.0)),
                                        err_msg=f"backend {b}, argument {k}")
+    rng = np.random.default_rng(len(args))
+    for k in argnums:
+        t = rng.standard_normal(np.shape(args[k]))
+
+        def along(t, *a, k=k):          # every argument traced, the direction too
+            return rj.jvp(lambda x: f(*a[:k], x, *a[k + 1:]), (a[k],), (t,))
+        _, tan = rj.jit(along)(t, *args)
+        want = float((wants[k] * t).sum())
+        np.testing.assert_allclose(tan, want, rtol=rtol, atol=atol * (1 + np.abs(wants[k]).sum() * np.abs(t).max()),
+                                   err_msg=f"jvp, argument {k}")
 
 
 @given(n=SIZES, m=SIZES, axis=st.sampled_from([0, 1]), data=st.data())
