@@ -127,7 +127,6 @@ class SegmentEmitter(KernelEmitter):
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
         self.natives: dict = {}         # LLVM symbol -> address of a native library function
-        self.gemms_used: set = set()    # the generated products it may call (gemm.VARIANTS)
         self.checked = False            # whether it checks gather indices (a status to read)
 
     def emit(self) -> str:
@@ -457,7 +456,6 @@ class SegmentEmitter(KernelEmitter):
         if that failed the code goes to ``fallback`` (BLAS)."""
         fn = self.fn
         variant = gemm.gemm_symbol(letter, ta, tb)
-        self.gemms_used.add(variant)
         ptr = "@" + gemm.pointer_symbol(variant)
         self.helpers_used.add(f"{ptr} = external global ptr")
         self.helpers_used.add("@rj_gemm_loader = external global ptr")

@@ -126,8 +126,7 @@ class LLVMExecutable(Executable):
     def _module_text(self) -> tuple:
         """The LLVM module of the executable's kernels (each distinct one once) and segments:
         (its text, the segments with a status to check, the native library functions the
-        segments call by address: LLVM symbol -> address, the generated products they may
-        call)."""
+        segments call by address: LLVM symbol -> address)."""
         kernels: dict = {}
         for seg in self.segments:
             for b in seg.calls:
@@ -151,25 +150,23 @@ class LLVMExecutable(Executable):
         parts, helpers = [], set()
         fallible = set()                # segments with a status to check
         natives: dict = {}
-        gemms: set = set()
         for seg in self.segments:
             em = SegmentEmitter(seg, self.slot_of, self.dim_slot, syms, extra, optimize=self.region,
                                  generated_products=generated_products(), epilogues=pairs)
             parts.append(em.emit())
             helpers |= em.helpers_used
             natives.update(em.natives)
-            gemms |= em.gemms_used
             if em.natives or em.checked:
                 fallible.add(seg.name)
         decls = {"declare i64 @llvm.smax.i64(i64, i64)"} | {h for h in helpers if isinstance(h, str)}
         text = module_with_kernels(list(codes.values()), decls, parts,
                                    f"relaxjax kernels and host segments of {self.fn.name}")
-        return text, fallible, natives, frozenset(gemms)
+        return text, fallible, natives
 
     def _emit(self) -> str:
         """Emit the module and compile it: in memory (MCJIT), or with ``self.native`` as a
         shared library through the persistent cache.  Returns its text, for inspection."""
-        text, self.fallible, natives, self.gemms = self._module_text()
+        text, self.fallible, natives = self._module_text()
         for sym, addr in natives.items():
             llvm.add_symbol(sym, addr)
         # native library functions are process addresses: such segments stay in memory (MCJIT)

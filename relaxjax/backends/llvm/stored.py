@@ -23,7 +23,7 @@ from .host import HostOp, Segment, python_library
 from .native_loop import LLVMControlFlow
 
 # Bump when the payload's layout changes (part of the key, so an old payload is never read)
-FORMAT = 2
+FORMAT = 3
 
 
 def cache_key() -> tuple | None:
@@ -78,7 +78,7 @@ def _state(exe) -> dict | None:
             "python_libraries": _python_libraries(exe),
             "slot_of": exe.slot_of, "consts": exe.consts, "steps": exe.steps,
             "dim_names": exe.dim_names, "fallible": exe.fallible,
-            "library": (lib.digest, lib.data, [s.name for s in exe.segments]), "gemms": exe.gemms,
+            "library": (lib.digest, lib.data, [s.name for s in exe.segments]),
             "control": control, "pooling": exe.pooling, "python_source": exe.python_source,
             "runner_code": marshal.dumps(exe._runner_code), "runner_data": exe._runner_data}
 
@@ -100,7 +100,6 @@ def _restore(cls, state: dict):
     exe.dim_names = state["dim_names"]
     exe.dim_slot = {n: k for k, n in enumerate(exe.dim_names)}
     exe.native, exe.fallible, exe._llvm_ir = True, state["fallible"], None
-    exe.gemms = state["gemms"]              # (loaded at their first call, as when compiled)
     exe.segment_module = load_shared(*state["library"])
     exe.control = {}
     for b, inner in state["control"]:
