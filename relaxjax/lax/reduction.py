@@ -111,18 +111,28 @@ def _reversed(x: Tracer, axis: int) -> Tracer:
     return au.bind("slice", x, start=start, size=shape, step=step)
 
 
+def _suffix_sum(x: Tracer, axis: int) -> Tracer:
+    """Along ``axis``, each element's sum with every later one."""
+    return _reversed(cumsum.bind(_reversed(x, axis), axis=axis), axis)
+
+
+def _shifted(x: Tracer, axis: int, fill: Tracer, later: bool) -> Tracer:
+    """``x`` moved one step along ``axis``: element i holds ``x[i - 1]`` (``later``; ``fill``
+    first) or ``x[i + 1]`` (``fill`` last)."""
+    nd, shape = x.ndim, tuple(x.type.shape)
+    one, zero = tuple(1 if k == axis else 0 for k in range(nd)), (0,) * nd
+    padded = au.bind("pad", x, fill, low=one if later else zero, high=zero if later else one)
+    return au.bind("slice", padded, start=zero if later else one, size=shape, step=(1,) * nd)
+
+
 def _cumsum_vjp(ct, x, *, out, axis):
     """Each element feeds every later partial sum: the cotangents summed from the end."""
-    return (_reversed(cumsum.bind(_reversed(ct, axis), axis=axis), axis),)
+    return (_suffix_sum(ct, axis),)
 
 
-def _exclusive_cumprod(x: Tracer) -> Tracer:
-    """Along the last axis: 1, x0, x0 x1, ..., the product of every element before each."""
-    n = x.ndim
-    shape = tuple(x.type.shape)
-    shifted = au.bind("pad", cumprod.bind(x, axis=n - 1), au.const(x, 1), low=(0,) * (n - 1) + (1,),
-                      high=(0,) * n)
-    return au.bind("slice", shifted, start=(0,) * n, size=shape, step=(1,) * n)
+def _exclusive_cumprod(x: Tracer, axis: int) -> Tracer:
+    """Along ``axis``: 1, x0, x0 x1, ..., the product of every element before each."""
+    return _shifted(cumprod.bind(x, axis=axis), axis, au.const(x, 1), later=True)
 
 
 def _prod_vjp(ct, x, *, out, axes):
@@ -137,7 +147,8 @@ def _prod_vjp(ct, x, *, out, axes):
     merged = tuple(shape[k] for k in kept) + (prod(shape[a] for a in axes),)
     flat = au.bind("reshape", moved, new_sizes=merged)
     last = len(kept)
-    others = au.bind("mul", _exclusive_cumprod(flat), _reversed(_exclusive_cumprod(_reversed(flat, last)), last))
+    others = au.bind("mul", _exclusive_cumprod(flat, last),
+                     _reversed(_exclusive_cumprod(_reversed(flat, last), last), last))
     g = au.bind("mul", others, au.bind("reshape", ct, new_sizes=tuple(ct.type.shape) + (1,)))
     g = au.bind("reshape", g, new_sizes=tuple(shape[k] for k in perm))
     if perm != tuple(range(len(shape))):
@@ -150,14 +161,11 @@ def _cumprod_vjp(ct, x, *, out, axis):
     exclusive running product: its cotangent is ``E_j * R_j``, where ``R_j = g_j + x_{j+1}
     R_{j+1}`` runs from the end.  That recurrence is a reverse ``scan`` along the axis (no
     division, so zeros in ``x`` are exact)."""
-    shape = tuple(x.type.shape)
-    nd = len(shape)
+    nd = x.ndim
     perm = (axis,) + tuple(k for k in range(nd) if k != axis)
     moved = (lambda t: au.bind("transpose", t, perm=perm)) if axis != 0 else (lambda t: t)
     xs, gs = moved(x), moved(ct)
-    # x_{j+1} beside g_j (the last gets 0: nothing follows it)
-    nxt = au.bind("pad", xs, au.const(xs, 0), low=(0,) * nd, high=(1,) + (0,) * (nd - 1))
-    nxt = au.bind("slice", nxt, start=(1,) + (0,) * (nd - 1), size=tuple(xs.type.shape), step=(1,) * nd)
+    nxt = _shifted(xs, 0, au.const(xs, 0), later=False)     # x_{j+1} beside g_j (0 after the last)
 
     def step(r, gx):
         g, xn = gx
@@ -165,36 +173,29 @@ def _cumprod_vjp(ct, x, *, out, axis):
         return r, r
     _, rs = scan(step, au.bind("broadcast_to", au.const(xs, 0), shape=tuple(xs.type.shape)[1:]), (gs, nxt),
                  reverse=True)
-    excl = au.bind("pad", cumprod.bind(xs, axis=0), au.const(xs, 1), low=(1,) + (0,) * (nd - 1), high=(0,) * nd)
-    excl = au.bind("slice", excl, start=(0,) * nd, size=tuple(xs.type.shape), step=(1,) * nd)
-    g = au.bind("mul", excl, rs)
+    g = au.bind("mul", _exclusive_cumprod(xs, 0), rs)
     return (au.bind("transpose", g, perm=au.inverse_permutation(perm)) if axis != 0 else g,)
 
 
-def _running_extremum_vjp(running):
+def _running_extremum_vjp(ct, x, *, out, axis):
     """cummax/cummin: output i is the element where the running extremum was last reached
     (a *record*: ``x[j] == out[j]``; a tie goes to the later element), so a record takes
     the cotangents of its run, up to the next record: the suffix sums of the cotangent at
     the record less those at the next record (found by a running minimum from the end)."""
-    def rule(ct, x, *, out, axis):
-        shape = tuple(x.type.shape)
-        n = shape[axis]
-        record = au.bind("eq", x, out)
-        idx = au.bind("iota", shape=shape, dimension=axis, dtype=np.dtype("int64"))
-        end = au.bind("broadcast_to", au.dim_scalar(n, np.dtype("int64")), shape=shape)
-        at = au.bind("select", record, idx, end)
-        # the first record at or after each position, then after it (one step on)
-        first = _reversed(cummin.bind(_reversed(at, axis), axis=axis), axis)
-        after = au.bind("pad", first, au.dim_scalar(n, np.dtype("int64")),
-                        low=(0,) * len(shape), high=tuple(1 if k == axis else 0 for k in range(len(shape))))
-        after = au.bind("slice", after, start=tuple(1 if k == axis else 0 for k in range(len(shape))),
-                        size=shape, step=(1,) * len(shape))
-        suffix = _reversed(cumsum.bind(_reversed(ct, axis), axis=axis), axis)
-        padded = au.bind("pad", suffix, au.const(suffix, 0), low=(0,) * len(shape),
-                         high=tuple(1 if k == axis else 0 for k in range(len(shape))))
-        later = au.bind("take_along_axis", padded, after, axis=axis)
-        return (au.bind("select", record, au.bind("sub", suffix, later), au.const(suffix, 0)),)
-    return rule
+    shape = tuple(x.type.shape)
+    n = shape[axis]
+    record = au.bind("eq", x, out)
+    idx = au.bind("iota", shape=shape, dimension=axis, dtype=np.dtype("int64"))
+    end = au.bind("broadcast_to", au.dim_scalar(n, np.dtype("int64")), shape=shape)
+    at = au.bind("select", record, idx, end)
+    # the first record at or after each position, then after it (one step on)
+    first = _reversed(cummin.bind(_reversed(at, axis), axis=axis), axis)
+    after = _shifted(first, axis, au.dim_scalar(n, np.dtype("int64")), later=False)
+    suffix = _suffix_sum(ct, axis)
+    padded = au.bind("pad", suffix, au.const(suffix, 0), low=(0,) * len(shape),
+                     high=tuple(1 if k == axis else 0 for k in range(len(shape))))
+    later = au.bind("take_along_axis", padded, after, axis=axis)
+    return (au.bind("select", record, au.bind("sub", suffix, later), au.const(suffix, 0)),)
 
 
 reduce_sum.vjp = _sum_vjp
@@ -202,8 +203,7 @@ reduce_max.vjp = reduce_min.vjp = _extremum_vjp
 reduce_prod.vjp = _prod_vjp
 cumsum.vjp = _cumsum_vjp
 cumprod.vjp = _cumprod_vjp
-cummax.vjp = _running_extremum_vjp(cummax)
-cummin.vjp = _running_extremum_vjp(cummin)
+cummax.vjp = cummin.vjp = _running_extremum_vjp
 
 
 # Batching rules (``vmap``, see ``batching``): the reduced axes move past the batch
