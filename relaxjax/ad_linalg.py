@@ -87,15 +87,19 @@ def _qr_vjp(cts, a, *, outs):
     return (rnp.pad(gx, pad) + q @ (gr * beyond),)
 
 
+def _inverse_gaps(e):
+    """``F_ij = 1 / (e_j - e_i)`` off the diagonal, 0 on it, for the values ``e`` along the
+    last axis (equal values give infinities, as in JAX)."""
+    eye = _eye_like(e)
+    return rnp.where(eye != 0, 0.0, 1.0 / (e[..., None, :] - e[..., :, None] + eye))
+
+
 def _eigh_pullback(w, v, gw, gv):
-    """``V (diag(g_w) + F o (V^T g_V)) V^T`` with ``F_ij = 1 / (w_j - w_i)`` off the
-    diagonal (0 on it), then read from the lower triangle."""
-    inner = gw[..., :, None] * _eye_like(v)
+    """``V (diag(g_w) + F o (V^T g_V)) V^T`` with ``F = _inverse_gaps(w)``, then read from
+    the lower triangle."""
+    inner = gw[..., :, None] * _eye_like(w)
     if gv is not None:
-        eye = _eye_like(v)
-        diff = w[..., None, :] - w[..., :, None]
-        f = rnp.where(eye != 0, 0.0, 1.0 / (diff + eye))
-        inner = inner + f * (_t(v) @ gv)
+        inner = inner + _inverse_gaps(w) * (_t(v) @ gv)
     return _lower_of(v @ inner @ _t(v))
 
 
@@ -118,14 +122,12 @@ def _svd_pullback(u, s, vh, gu, gs, gvh):
     outside the spans of U and V, ``(I - U U^T) g_U S^-1 V^T + U S^-1 g_V^T (I - V V^T)``
     (zero for square A).  The transpose of JAX's forward rule (real case); a zero singular
     value's inverse is taken as 0, as there."""
-    eye = _eye_like(s[..., :, None] * s[..., None, :])
-    inner = gs[..., :, None] * eye
+    inner = gs[..., :, None] * _eye_like(s)
     if gu is None and gvh is None:
         return u @ inner @ vh
     v, gv = _t(vh), _t(gvh)
     row, col = s[..., None, :], s[..., :, None]
-    diff = row * row - col * col
-    f = rnp.where(eye != 0, 0.0, 1.0 / (diff + eye))
+    f = _inverse_gaps(s * s)
     j = f * (_t(u) @ gu)
     k = f * (_t(v) @ gv)
     inner = inner + (j + _t(j)) * row + col * (k + _t(k))
