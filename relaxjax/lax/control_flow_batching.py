@@ -57,11 +57,8 @@ def _stacked_call(b: Binding, operands: list, flags: list) -> list:
     """A library function that maps over leading axes (``register_library(stacked=True)``)
     called once, the batch one more leading axis of every operand and result."""
     size = batch_size(operands, flags)
-    ctx = current_trace()
     args = [materialize(x, f, size) for x, f in zip(operands, flags)]
-    outvars = [Var(TensorType((size,) + tuple(v.type.shape), v.type.dtype)) for v in b.outvars]
-    ctx.bindings.append(Binding(outvars, b.callee, [ctx.atom(a) for a in args], b.params, b.source))
-    return [Tracer(ctx, v) for v in outvars]
+    return rebind(b, args, [TensorType((size,) + tuple(v.type.shape), v.type.dtype) for v in b.outvars])
 
 
 def _per_example(b: Binding, operands: list, flags: list) -> list:
@@ -76,13 +73,14 @@ def _per_example(b: Binding, operands: list, flags: list) -> list:
     return list(cf.map(one, [operands[k] for k in idx]))
 
 
-def rebind(b: Binding, args: list) -> list:
-    """Binding ``b`` emitted again on ``args`` (tracers of the same types) in the active trace."""
+def rebind(b: Binding, args: list, out_types: list | None = None) -> list:
+    """Binding ``b`` emitted again on ``args`` (tracers of the same types) in the active
+    trace; a call's results typed ``out_types`` where given (a library call on a stack)."""
     if b.kind == "primitive":
         got = b.callee.bind(*args, **b.params)
         return list(got) if b.callee.multiple_results else [got]
     ctx = current_trace()
-    outvars = [Var(v.type) for v in b.outvars]
+    outvars = [Var(t) for t in out_types] if out_types is not None else [Var(v.type) for v in b.outvars]
     ctx.bindings.append(Binding(outvars, b.callee, [ctx.atom(a) for a in args], b.params, b.source))
     return [Tracer(ctx, v) for v in outvars]
 

@@ -200,12 +200,11 @@ def native_code() -> bool:
 
 # How a module is optimised: (speed level, loop and SLP vectorization).  Generated code is
 # O3 with both vectorizers.  The generated matrix products' micro-kernels are written with
-# explicit vectors, so they take O2 without the vectorizers (GEMM_PIPELINE; env
-# RELAXJAX_GEMM_PIPELINE="level,vectorize"): as fast in benchmarks/gemm.py (every shape
-# class within noise), and half the time to compile (2 x ~0.9 s -> 2 x ~0.45 s here, most
-# of a decode step's cold compile).
+# explicit vectors, so they take O2 without the vectorizers (GEMM_PIPELINE): as fast in
+# benchmarks/gemm.py (every shape class within noise), and a little less to compile (the
+# two float32 products of a decode step: 0.34 + 0.38 -> 0.32 + 0.34 s of optimisation).
 O3 = (3, True)
-GEMM_PIPELINE = tuple(int(v) for v in os.environ.get("RELAXJAX_GEMM_PIPELINE", "2,0").split(","))
+GEMM_PIPELINE = (2, False)
 
 
 def _optimize(text: str, tm, pipeline: tuple = O3):
