@@ -102,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out")
     ap.add_argument("--emulated", action="store_true")
+    ap.add_argument("--peers", default="cupy,torch,torch.compile,jax",
+                    help="comma-separated peers to run (torch.compile's first compiles take minutes)")
+    ap.add_argument("--only", help="comma-separated workloads (default: all)")
     args = ap.parse_args(argv)
     import relaxjax as rj
     rng = np.random.default_rng(0)
@@ -116,24 +119,34 @@ def main(argv=None) -> int:
         jitted = workloads()              # CuPy arguments select the CUDA backend
         big = cp.empty(1 << 28, cp.float32)
         copy_bw = 2 * big.nbytes / median_time(lambda: big.copy(), sync, 20)
-        peers["cupy"] = (peer_fns(cp), to_dev, sync)
-        try:
-            import torch
-            tdev = lambda a: torch.as_tensor(a, device="cuda")          # noqa: E731
-            peers["torch"] = (peer_fns(torch), tdev, torch.cuda.synchronize)
-            peers["torch.compile"] = ({k: torch.compile(f, dynamic=True) for k, f in peer_fns(torch).items()},
-                                      tdev, torch.cuda.synchronize)
-        except ImportError:
-            notes.append("torch not installed: skipped")
-        try:
-            import jax
-            import jax.numpy as jnp
-            jdev = lambda a: jax.device_put(a, jax.devices("gpu")[0])     # noqa: E731
-            peers["jax"] = ({k: jax.jit(f) for k, f in peer_fns(jnp).items()}, jdev,
-                            lambda: jax.effects_barrier())
-        except (ImportError, RuntimeError) as e:
-            notes.append(f"jax on GPU unavailable ({e}): skipped")
+        wanted = set(args.peers.split(","))
+        if "cupy" in wanted:
+            peers["cupy"] = (peer_fns(cp), to_dev, sync)
+        if wanted & {"torch", "torch.compile"}:
+            try:
+                import torch
+                tdev = lambda a: torch.as_tensor(a, device="cuda")          # noqa: E731
+                if "torch" in wanted:
+                    peers["torch"] = (peer_fns(torch), tdev, torch.cuda.synchronize)
+                if "torch.compile" in wanted:
+                    peers["torch.compile"] = ({k: torch.compile(f, dynamic=True) for k, f in peer_fns(torch).items()},
+                                              tdev, torch.cuda.synchronize)
+            except ImportError:
+                notes.append("torch not installed: skipped")
+        if "jax" in wanted:
+            try:
+                import jax
+                import jax.numpy as jnp
+                jdev = lambda a: jax.device_put(a, jax.devices("gpu")[0])     # noqa: E731
+                # jax dispatches asynchronously: each timed call waits for its own result
+                peers["jax"] = ({k: (lambda *a, f=jax.jit(f): f(*a).block_until_ready())
+                                 for k, f in peer_fns(jnp).items()}, jdev, lambda: None)
+            except (ImportError, RuntimeError) as e:
+                notes.append(f"jax on GPU unavailable ({e}): skipped")
+    only = set(args.only.split(",")) if args.only else set(sizes)
     for name, ns in sizes.items():
+        if name not in only:
+            continue
         for n in ns:
             xs = inputs(name, n, rng)
             dx = [to_dev(a) for a in xs]
@@ -160,6 +173,7 @@ def main(argv=None) -> int:
                     except Exception as e:       # noqa: BLE001  (a peer failing is reported, not fatal)
                         notes.append(f"{pname} {name} n={n}: {type(e).__name__}: {e}")
             rows.append(row)
+            print({k: (f"{v * 1e3:.3f} ms" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     cols = ["relaxjax"] + list(peers)
     print("| workload | n | " + " | ".join(cols) + " | best peer / relaxjax | share |")
     print("|---|---|" + "---|" * (len(cols) + 2))

@@ -14,6 +14,7 @@ reductions, shape ops, indexing, matmul with fused epilogues, the five benchmark
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -311,10 +312,12 @@ def test_cuda_backend_without_gpu_says_how_to_install():
 RUN_BACKENDS = ["cuda-emulated"] + (["cuda"] if gpu_available() else [])
 
 
-@pytest.fixture(scope="module")
-def preloaded():
-    """Compile the corpus's kernels as one emulator module (one C++ compile, not hundreds)."""
-    emulated_device().load(_all_kernels())
+@functools.lru_cache(maxsize=None)
+def _preload(backend: str) -> None:
+    """On the emulator, compile the corpus's kernels as one module first (one C++ compile,
+    not hundreds); once per process."""
+    if backend == "cuda-emulated":
+        emulated_device().load(_all_kernels())
 
 
 def _inputs(p: Program, data, sizes):
@@ -334,7 +337,8 @@ def _inputs(p: Program, data, sizes):
 @pytest.mark.parametrize("p", SUPPORTED, ids=lambda p: p.name)
 @given(data=st.data())
 @settings(max_examples=3, deadline=None)
-def test_corpus_matches_numpy(preloaded, backend, p, data):
+def test_corpus_matches_numpy(backend, p, data):
+    _preload(backend)
     xs = _inputs(p, data, SMALL_SIZES)
     with np.errstate(all="ignore"):
         want = _jit(p, "numpy")(*xs)
@@ -347,8 +351,9 @@ def test_corpus_matches_numpy(preloaded, backend, p, data):
 
 @pytest.mark.parametrize("backend", RUN_BACKENDS)
 @pytest.mark.parametrize("name", ["W2 softmax", "sum[float32,axis=None]", "W1 elementwise chain"])
-def test_large_rows_and_grid_stride(preloaded, backend, name):
+def test_large_rows_and_grid_stride(backend, name):
     """Rows longer than a block and more rows and elements than the grid holds."""
+    _preload(backend)
     p = next(p for p in CORPUS if p.name == name)
     x = np.random.default_rng(0).standard_normal((67, 1031)).astype(np.float32)
     want = _jit(p, "numpy")(x)
