@@ -24,7 +24,7 @@ from .compile.pipeline import default_pipeline
 from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
 from .ir import IRModule, Literal
-from .jit_args import CallArgs, check_static, spec_list
+from .jit_args import CallArgs, check_static, on_device, spec_list
 from .jit_cache import build_cached
 from .jit_trace import trace_call
 from .shapes import eval_dim
@@ -247,6 +247,10 @@ def _fast_key(args: tuple) -> tuple:
         key = ()
     if len(key) == len(args):
         return key, args
+    if key or args:                 # device arrays (CuPy's) among NumPy arrays: keyed apart
+        on_gpu = [on_device(a) for a in args]
+        if any(on_gpu) and len(key) + sum(on_gpu) == len(args):
+            return tuple([(a.dtype, a.ndim, g) for a, g in zip(args, on_gpu)]), args
     leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
     if not all([type(a) is np.ndarray or isinstance(a, np.generic) for a in leaves]):
         return None, None
@@ -424,7 +428,8 @@ class Jitted:
                     if type(dims) is tuple:
                         self._hits += 1
                         return entry.run(dims, arrays)
-                if any(0 in s for s in shapes):   # a miss on empty arrays: maybe nothing to compile
+                if any(0 in s for s in shapes) and all(type(a) is np.ndarray for a in arrays):
+                    # a miss on empty arrays: maybe nothing to compile
                     empty = self._empty_results(args)
                     if empty is not None:
                         return empty

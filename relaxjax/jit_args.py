@@ -249,7 +249,7 @@ class CallArgs:
     def _check_explicit(self, l: Leaf):
         s = l.struct
         value = l.value
-        d = np.asarray(value).dtype if l.kind == "array" else None
+        d = None if l.kind != "array" else value.dtype if on_device(value) else np.asarray(value).dtype
         if l.kind == "scalar":
             if s.ndim != 0:
                 raise ShapeError(f"argument {l.display}: expected an array of rank {s.ndim} "

@@ -413,8 +413,9 @@ def attention_lengths_name(dtype, queries: bool = False) -> str:
     return f"nn.attention_{'q' if queries else ''}lengths_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
 
 
-def _attention(xp_name: str, causal: bool, lengths: int = 0):
-    """The reference (NumPy) or CuPy implementation: the scores per head, formed in full."""
+def attention_reference(xp_name: str, causal: bool, lengths: int = 0):
+    """The reference (NumPy) or CuPy implementation: the scores per head, formed in full
+    (the CUDA backend's flash kernel falls back to it for head sizes it does not take)."""
     def run(q, k, v, scale, *rest):
         xp = np if xp_name == "numpy" else importlib.import_module(xp_name)
         out = rest[-1]
@@ -448,13 +449,16 @@ for _c in (False, True):
     for _d in ("float32", "float64"):
         register_library(attention_name(_d, _c),
                          cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}{'_causal' if _c else ''}"),
-                         numpy=_attention("numpy", _c), cuda=_attention("cupy", _c),
+                         numpy=attention_reference("numpy", _c),
+                         cuda=lazy(f"relaxjax.backends.cuda.attention:{_d}{'_causal' if _c else ''}"),
                          num_inputs=4, num_outputs=1, out_dtypes=[_d])
 for _d in ("float32", "float64"):
     register_library(attention_lengths_name(_d), cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}_lengths"),
-                     numpy=_attention("numpy", False, 1), cuda=_attention("cupy", False, 1),
+                     numpy=attention_reference("numpy", False, 1),
+                     cuda=lazy(f"relaxjax.backends.cuda.attention:{_d}_lengths"),
                      num_inputs=5, num_outputs=1, out_dtypes=[_d])
     register_library(attention_lengths_name(_d, True), cpu=lazy(f"relaxjax.backends.llvm.attention:{_d}_qlengths"),
-                     numpy=_attention("numpy", False, 2), cuda=_attention("cupy", False, 2),
+                     numpy=attention_reference("numpy", False, 2),
+                     cuda=lazy(f"relaxjax.backends.cuda.attention:{_d}_qlengths"),
                      num_inputs=6, num_outputs=1, out_dtypes=[_d])
 del _c, _d

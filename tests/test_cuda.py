@@ -279,7 +279,8 @@ def test_every_generated_kernel_compiles_with_nvrtc():
     src = module_source(_all_kernels()).encode()
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"corpus.cu", 0, None, None) == 0
-    opts = [b"--gpu-architecture=sm_90", b"-std=c++17"]
+    from relaxjax.backends.cuda.device import NVRTC_OPTIONS
+    opts = [o.encode() for o in NVRTC_OPTIONS] + [b"--gpu-architecture=sm_90"]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from ... import cache
 from ...tir.index_checks import data_index_checks
 from .prelude import EMULATOR_HEADER, PRELUDE
 from .scalar_ops import memtype
@@ -28,10 +29,17 @@ def module_source(kernels: list) -> str:
     return PRELUDE + "\n\n" + "\n\n".join(k.source for k in kernels) + "\n"
 
 
+# NumPy's semantics: subnormal floats kept, divisions and square roots correctly rounded.
+# (CuPy's RawModule appends -ftz=true to any options, which flushes subnormals in every
+# float32 instruction, so the module is compiled here through NVRTC and loaded as a cubin.)
+NVRTC_OPTIONS = ("-std=c++17", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+
+
 class CupyDevice:
-    """A CUDA GPU through CuPy: NVRTC compiles each module once (CuPy caches the binary on
-    disk, keyed by source and architecture), kernels launch on CuPy's current stream,
-    arrays come from CuPy's memory pool, matmul goes to cuBLAS."""
+    """A CUDA GPU through CuPy: NVRTC compiles each module once to a cubin for this GPU
+    (kept in relaxjax's on-disk cache, keyed by source, options, architecture and NVRTC's
+    version), kernels launch on CuPy's current stream, arrays come from CuPy's memory pool,
+    matmul goes to cuBLAS."""
     name = "cuda"
     threads_per_block = 256
 
@@ -57,7 +65,8 @@ class CupyDevice:
         return isinstance(x, self.cp.ndarray)
 
     def asarray(self, x):
-        return self.cp.ascontiguousarray(self.cp.asarray(x))
+        x = self.cp.asarray(x)          # (ascontiguousarray would make a 0-d array 1-d)
+        return x if x.flags.c_contiguous else self.cp.ascontiguousarray(x)
 
     def to_host(self, x) -> np.ndarray:
         return self.cp.asnumpy(x)
@@ -71,11 +80,40 @@ class CupyDevice:
         with _LOCK:
             missing = [k for k in kernels if any(ph.name not in self._functions for ph in k.phases)]
             if missing:
-                mod = self.cp.RawModule(code=module_source(missing), options=("-std=c++17",))
+                mod = self.cp.cuda.function.Module()
+                mod.load(self._cubin(module_source(missing)))
                 for k in missing:
                     for ph in k.phases:
                         self._functions[ph.name] = mod.get_function(ph.name)
             return {ph.name: self._functions[ph.name] for k in kernels for ph in k.phases}
+
+    def _cubin(self, source: str) -> bytes:
+        from cupy_backends.cuda.libs import nvrtc
+        version = nvrtc.getVersion()
+        arch = self.arch
+        try:                                    # a GPU newer than this NVRTC: its newest
+            supported = nvrtc.getSupportedArchs()
+            if int(arch[3:]) not in supported:
+                arch = f"sm_{max(a for a in supported if a <= int(arch[3:]))}"
+        except RuntimeError:
+            pass
+        options = NVRTC_OPTIONS + (f"--gpu-architecture={arch}",)
+        parts = (source, options, version)
+        data = cache.get("cuda", parts)
+        if data is not None:
+            return data
+        prog = nvrtc.createProgram(source, "relaxjax.cu", (), ())
+        try:
+            try:
+                nvrtc.compileProgram(prog, options)
+            except nvrtc.NVRTCError:
+                raise RuntimeError("NVRTC could not compile relaxjax's generated CUDA module:\n"
+                                   + nvrtc.getProgramLog(prog)[-4000:]) from None
+            data = nvrtc.getCUBIN(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+        cache.put("cuda", parts, data)
+        return data
 
     def launch(self, fn, grid: int, block: int, buffers: list, dims: list) -> None:
         fn((grid,), (block,), tuple(buffers) + tuple(d if self.is_array(d) else np.int64(d) for d in dims))
@@ -166,6 +204,8 @@ class EmulatedDevice:
 
 def _launcher(k, ph) -> str:
     """``int rj_launch_<phase>(grid, block, uint64_t *args)`` for the emulator."""
+    if getattr(k, "param_types", None) is not None:       # a hand-written kernel (HandKernel)
+        return launcher_source(ph.name, [f"({t})args[{i}]" for i, t in enumerate(k.param_types)])
     f = k.func
     n_in = len(f.params) - f.n_outputs
     args = [f"({'const ' if i < n_in else ''}{memtype(b.dtype)} *)args[{i}]" for i, b in enumerate(f.params)]
@@ -176,7 +216,13 @@ def _launcher(k, ph) -> str:
         k0 += 2
     if data_index_checks(f):
         args.append(f"(unsigned long long *)args[{k0}]")
-    return f"""extern "C" int rj_launch_{ph.name}(unsigned grid, unsigned block, uint64_t *args) {{
+    return launcher_source(ph.name, args)
+
+
+def launcher_source(name: str, args: list) -> str:
+    """The emulator's entry for kernel ``name``: runs the grid's blocks in turn, each as an
+    OpenMP team of ``block`` threads, passing ``args`` (C expressions over ``args[i]``)."""
+    return f"""extern "C" int rj_launch_{name}(unsigned grid, unsigned block, uint64_t *args) {{
   omp_set_dynamic(0);
   gridDim = rj_dim3{{grid, 1, 1}}; blockDim = rj_dim3{{block, 1, 1}};
   int ok = 1;
@@ -188,7 +234,7 @@ def _launcher(k, ph) -> str:
         ok = 0;
       }} else {{
         blockIdx = rj_dim3{{bx, 0, 0}}; threadIdx = rj_dim3{{(unsigned)omp_get_thread_num(), 0, 0}};
-        {ph.name}({", ".join(args)});
+        {name}({", ".join(args)});
       }}
     }}
     if (!ok) return 1;

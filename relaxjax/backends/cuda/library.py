@@ -1,13 +1,17 @@
 """Library calls (``call_library``) on the CUDA backend, and the CuPy implementations of the
 ``linalg.*`` functions that :mod:`relaxjax.numpy.linalg` registers.
 
-On a GPU a call runs the registered ``cuda`` implementation on CuPy arrays; on the emulator
-(NumPy arrays) the ``numpy`` implementation (see :mod:`relaxjax.library`).  The ``linalg.*``
+On a GPU a call runs the registered ``cuda`` implementation on CuPy arrays; a function
+registered for the host only (``numpy=`` or a native ``cpu=``) runs on copies of its operands
+on the host.  On the emulator (NumPy arrays) the ``numpy`` implementation runs (see
+:mod:`relaxjax.library`).  The ``linalg.*``
 functions take float64 stacks of matrices (..., m, n) and write their outputs in place, like
 ``numpy.linalg`` run on the same arrays; singular matrices raise
 ``numpy.linalg.LinAlgError`` (``cupyx.errstate(linalg="raise")``).
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -17,10 +21,8 @@ from ...library import contiguous, lookup
 def library_runner(name: str, device):
     """``call(inputs, outputs)`` running library function ``name`` on ``device``'s arrays."""
     impl = lookup(name)
-    if device.name == "cuda":
+    if device.name == "cuda" and impl.cuda is not None:
         fn = impl.cuda
-        if fn is None:
-            raise impl.missing("cuda", "cuda")
 
         def call(inputs, outputs):
             status = fn(*inputs, *outputs)
@@ -28,16 +30,32 @@ def library_runner(name: str, device):
                 impl.raise_status(status)
         return call
     if impl.numpy is None and impl.cpu_native is None:
-        raise impl.missing(device.name, "numpy")
+        raise impl.missing(device.name, "cuda" if device.name == "cuda" else "numpy")
+    if device.name == "cuda":
+        # registered for the host only: run there, as jax.pure_callback does (the operands
+        # are copied to the host and the results back)
+        def call(inputs, outputs):
+            host = [np.empty(o.shape, o.dtype) for o in outputs]
+            impl.run_numpy([contiguous(device.to_host(x)) for x in inputs], host)
+            for o, h in zip(outputs, host):
+                o[...] = device.asarray(h)
+        return call
 
     def call(inputs, outputs):        # the emulator: NumPy arrays
         impl.run_numpy([contiguous(x) for x in inputs], outputs)
     return call
 
 
-def _raising():
+@contextlib.contextmanager
+def _raising(message: str = "Singular matrix"):
+    """Failures raise ``numpy.linalg.LinAlgError`` with NumPy's message (cuSOLVER's status
+    text is kept as the cause)."""
     import cupyx
-    return cupyx.errstate(linalg="raise")
+    try:
+        with cupyx.errstate(linalg="raise"):
+            yield
+    except np.linalg.LinAlgError as e:
+        raise np.linalg.LinAlgError(message) from e
 
 
 def solve(a, bt, xt):
@@ -77,7 +95,7 @@ def det(a, out):
 def cholesky(a, out):
     import cupy
     a2, o2 = a.reshape((-1,) + a.shape[-2:]), out.reshape((-1,) + out.shape[-2:])
-    with _raising():
+    with _raising("Matrix is not positive definite"):
         for i in range(a2.shape[0]):
             o2[i] = cupy.linalg.cholesky(a2[i])
 

@@ -203,7 +203,7 @@ using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 #define __device__
 #define __forceinline__
 #define __restrict__ __restrict
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 struct rj_dim3 { unsigned x, y, z; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -242,4 +242,17 @@ template <class T> static inline T __shfl_down_sync(unsigned, T v, int o) {
   _Pragma("omp barrier")
   return r;
 }
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
+  T *slots = (T *)rj_shfl_slots;
+  const unsigned t = threadIdx.x;
+  _Pragma("omp barrier")
+  slots[t] = v;
+  _Pragma("omp barrier")
+  const unsigned src = t ^ (unsigned)o;
+  T r = src < blockDim.x ? slots[src] : v;
+  _Pragma("omp barrier")
+  return r;
+}
+// a warp's memory fence: the whole team's barrier (every thread reaches it, as in the kernels)
+#define __syncwarp() _Pragma("omp barrier")
 """

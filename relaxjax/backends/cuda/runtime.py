@@ -21,7 +21,7 @@ from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
 from ...lax.tir_interp import check_host
 from ...tir.index_checks import ERROR_RECORD, data_index_checks, index_error
-from ..control_flow import ControlFlowRunner
+from ..control_flow import ControlFlowRunner, literal_value
 from ..executable import Executable
 from .codegen import emit_cuda
 from .device import module_source
@@ -87,6 +87,7 @@ class CudaExecutable(Executable):
         self.unique_kernels = list(unique.values())
         self.source = module_source(self.unique_kernels)
         self._lock = threading.Lock()
+        self._byte_sizes: dict = {}
 
     def _open(self) -> None:
         with self._lock:
@@ -117,8 +118,10 @@ class CudaExecutable(Executable):
         blk = blocks.get(s.index)
         if blk is None:
             blk = blocks[s.index] = self.device.empty((max(eval_dim(s.size, D), 1),), np.uint8)
-        n = eval_dim(byte_size(v), D)
-        return blk[:n].view(v.type.dtype).reshape(shape)
+        n = self._byte_sizes.get(v)
+        if n is None:                   # (sympy's arithmetic, once per value, not per call)
+            n = self._byte_sizes[v] = byte_size(v)
+        return blk[:eval_dim(n, D)].view(v.type.dtype).reshape(shape)
 
     def _step(self, b: Binding):
         dev = self.device
@@ -233,10 +236,12 @@ class CudaExecutable(Executable):
         for r in self.fn.results:
             if isinstance(r, Var):
                 out.append(env[r])
-            elif is_symbolic(r.value):
-                out.append(np.asarray(eval_dim(r.value, D), r.type.dtype))
-            else:
-                out.append(np.asarray(r.value, r.type.dtype))
+            else:                       # every result on the device, constants too
+                out.append(self.device.asarray(literal_value(r, D)))
+        if arrays and not any(self.device.is_array(a) for a in arrays):
+            # NumPy arguments (backend="cuda" named): NumPy results, as the caller's code
+            # expects of what it passed; device arguments keep their results on the device
+            out = [self.device.to_host(o) for o in out]
         return out
 
     def text_stages(self) -> dict:
