@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from ...compile.memplan import byte_size
-from ...tir import Const, Op, PrimFunc, Var as TVar
+from ...tir import Const, Load, Op, PrimFunc, Var as TVar
 from ...errors import ShapeError
 from ...ir import Binding, IRModule, Literal, Var, regions
 from ...shapes import dim_str, eval_dim, is_symbolic
@@ -43,19 +43,23 @@ def kernel_for(f: PrimFunc):
 
 
 def index_fn(e):
-    """A Python function ``D -> int`` for a loop-level index expression over dims."""
+    """A Python function ``(D, L) -> int`` for a loop-level index expression over dims and
+    elements of the kernel's buffers (a loop bound read from data: ``L(name, index)`` reads
+    that element on the host)."""
     def src(x) -> str:
         if isinstance(x, Const):
             return str(int(x.value))
         if isinstance(x, TVar):
             return f"D[{x.name!r}]"
+        if isinstance(x, Load):
+            return f"L({x.buffer.name!r}, ({''.join(src(i) + ', ' for i in x.index)}))"
         assert isinstance(x, Op), x
         a = [src(y) for y in x.args]
         if x.name in ("max", "min"):
             return f"{x.name}({', '.join(a)})"
         sym = {"add": "+", "sub": "-", "mul": "*", "floor_div": "//", "rem": "%"}[x.name]
         return f"({a[0]} {sym} {a[1]})"
-    return eval(f"lambda D: {src(e)}", {"max": max, "min": min, "__builtins__": {}})  # noqa: S307
+    return eval(f"lambda D, L=None: {src(e)}", {"max": max, "min": min, "__builtins__": {}})  # noqa: S307
 
 
 class CudaExecutable(Executable):
@@ -132,6 +136,7 @@ class CudaExecutable(Executable):
                       for ph in k.phases]
             tpb, cap = dev.threads_per_block, dev.max_blocks
             checked = bool(data_index_checks(f))
+            positions = {p.name: i for i, p in enumerate(f.params)}
 
             def run(D, env, blocks):
                 for v in b.outvars:
@@ -141,12 +146,15 @@ class CudaExecutable(Executable):
                 self._host_checks(b, D, env)
                 bufs = [self._value(a, env) for a in b.args] + [env[v] for v in b.outvars]
                 dims = [D[d] for d in f.dim_vars]
+
+                def load(name, index):          # an element a loop bound reads (a sync)
+                    return int(bufs[positions[name]][index])
                 extra = []
                 # kernels checking indices read from data fill an error record (last parameter)
                 err = dev.asarray(np.zeros(ERROR_RECORD, np.uint64)) if checked else None
                 tail = [err] if checked else []
                 for fn, mode, items, partial_bytes in phases:
-                    n = items(D)
+                    n = items(D, load)
                     if mode == "partials":          # stage 1 of a full reduction: runs even when empty
                         grid = max(1, min(-(-n // tpb), cap))
                         extra = [dev.empty((partial_bytes * grid,), np.uint8), grid]
