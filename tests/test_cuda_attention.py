@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from relaxjax.backends.cuda import emulated_device, gpu_available
-from relaxjax.backends.cuda.attention import attention_kernel, flash_attention, key_tile
+from relaxjax.backends.cuda.attention import (attention_kernel, combine_kernel, flash_attention, key_tile,
+                                              schedule)
 from relaxjax.library import attention_reference
 
 DEVICES = ["emulated"] + (["gpu"] if gpu_available() else [])
@@ -29,9 +30,12 @@ def _device(name):
 @pytest.mark.parametrize("device", DEVICES)
 @given(b=st.sampled_from([1, 2]), t=LENGTHS, s=LENGTHS, heads=st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]),
        hv=st.sampled_from([(3, 3), (64, 64), (16, 5)]), causal=st.booleans(), lengths=st.sampled_from([0, 1, 2]),
-       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 99))
-@settings(max_examples=25, deadline=None)
-def test_kernel_matches_reference(device, b, t, s, heads, hv, causal, lengths, dtype, seed):
+       dtype=st.sampled_from(["float32", "float64"]), parts=st.sampled_from([None, 1, 2, 5]),
+       seed=st.integers(0, 99))
+@settings(max_examples=30, deadline=None)
+def test_kernel_matches_reference(device, b, t, s, heads, hv, causal, lengths, dtype, parts, seed):
+    """``parts``: the keys split into that many slices (flash-decoding), merged by the
+    combine kernel; None: the schedule's choice."""
     if causal and lengths:
         causal = False                    # no library variant has both
     dev = _device(device)
@@ -51,7 +55,7 @@ def test_kernel_matches_reference(device, b, t, s, heads, hv, causal, lengths, d
         import cupy
         args, out = [cupy.asarray(x) for x in args], cupy.asarray(out)
         klen, qlen = (None if x is None else cupy.asarray(x) for x in (klen, qlen))
-    assert flash_attention(dev, *args, out, causal, klen, qlen)
+    assert flash_attention(dev, *args, out, causal, klen, qlen, parts=parts)
     got = out.get() if device == "gpu" else out
     tol = 1e-12 if dtype == "float64" else 3e-6 * np.sqrt(h) + 2e-6
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
@@ -69,7 +73,7 @@ def test_tiles_fit_shared_memory_or_fall_back():
 def test_kernel_source_has_no_score_matrix_in_global_memory():
     k = attention_kernel("float32", 64, 64, 256, True, 0)
     assert "__shared__ float Ps[BQ][BK]" in k.source and "__shfl_xor_sync" in k.source
-    assert k.param_types[-1] == "int64_t" and len(k.param_types) == 12
+    assert k.param_types[-1] == "int64_t" and len(k.param_types) == 17
 
 
 def test_every_variant_compiles_with_nvrtc():
@@ -83,6 +87,7 @@ def test_every_variant_compiles_with_nvrtc():
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
     kernels = [attention_kernel(d, h, h, nt, c, lg) for d in ("float32", "float64") for h in (64, 128)
                for nt in (256, 64) for c, lg in ((False, 0), (True, 0), (False, 1), (False, 2))]
+    kernels += [combine_kernel(d, 64, q) for d in ("float32", "float64") for q in (False, True)]
     src = module_source([k for k in kernels if k is not None]).encode()
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"attention.cu", 0, None, None) == 0
@@ -94,3 +99,17 @@ def test_every_variant_compiles_with_nvrtc():
     lib.nvrtcGetProgramLog(prog, log)
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
     assert rc == 0, log.value.decode()[-4000:]
+
+
+class _H200:
+    """The schedule's view of a GPU: 132 multiprocessors, 256 threads per block."""
+    max_blocks, threads_per_block = 132 * 32, 256
+
+
+def test_schedule_splits_keys_only_when_the_blocks_leave_the_gpu_idle():
+    bk = lambda n: 32                                      # noqa: E731
+    assert schedule(_H200, 1, 4096, 4096, 8, bk) == (256, 1)          # 128 x 8 blocks of 32 rows
+    assert schedule(_H200, 1, 1024, 1024, 8, bk) == (128, 1)          # 64 x 8 blocks of 16 rows
+    assert schedule(_H200, 8, 1, 1024, 6, bk) == (64, 6)              # decode: 48 blocks, 6 slices
+    assert schedule(_H200, 1, 1, 4096, 32, bk) == (64, 9)
+    assert schedule(_H200, 1, 1, 40, 1, bk) == (64, 2)                # no more slices than key tiles

@@ -9,6 +9,9 @@ are computed by a group of 8 threads, and an online softmax (running max ``m`` a
 row's output, which lives in registers.  Causal masking bounds the key loop (a block stops
 at its last query) and masks within the diagonal tile; key lengths bound it per batch.  So
 memory traffic is one read of Q, K and V per query block and one write of the output.
+With few query rows (decode: one query against a long cache) the blocks would leave most
+multiprocessors idle, so the keys are split into slices, a block each, whose partial
+results (max, sum, unnormalized output) a second kernel merges (flash-decoding; ``schedule``).
 
 The kernel is generated per (dtype, head sizes, threads per block, variant): every size
 that decides a loop bound or a shared-memory array is a constant, so NVRTC unrolls the dot
@@ -87,20 +90,23 @@ def attention_kernel(dtype: str, h: int, hv: int, threads: int, causal: bool, le
 extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}) NAME(
     const {t} *__restrict__ q, const {t} *__restrict__ k, const {t} *__restrict__ v,
     const {t} *__restrict__ scale_p, const int32_t *__restrict__ klen, const int32_t *__restrict__ qlen,
-    {t} *__restrict__ out, int64_t B, int64_t Tq, int64_t S, int64_t N, int64_t KH) {{
+    {t} *__restrict__ out, {t} *__restrict__ ws_m, {t} *__restrict__ ws_l, {t} *__restrict__ ws_acc,
+    int64_t B, int64_t Tq, int64_t S, int64_t N, int64_t KH, int64_t P, int64_t chunk) {{
   __shared__ {t} Qs[BQ][HD + 1];
   __shared__ {t} Ks[BK][HD + 1];
   __shared__ {t} Vs[BK][HV];
   __shared__ {t} Ps[BQ][BK];
   const int tid = threadIdx.x, r = tid / {GROUP}, l = tid % {GROUP};
   const {t} scale = scale_p[0];
-  const int64_t nqt = (Tq + BQ - 1) / BQ, total = nqt * N * B, g = N / KH;
+  const int64_t nqt = (Tq + BQ - 1) / BQ, total = nqt * N * B * P, g = N / KH;
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {{
-    const int64_t qt = w % nqt, n = (w / nqt) % N, b = w / nqt / N, kh = n / g;
+    const int64_t part = w % P, rest = w / P;
+    const int64_t qt = rest % nqt, n = (rest / nqt) % N, b = rest / nqt / N, kh = n / g;
     const int64_t q0 = qt * BQ, qi = q0 + r;
     {key_end}
     {q_end}
-    const int64_t kend = {loop_end};
+    const int64_t klim = {loop_end};        // keys [0, klim) for the block; this part's slice:
+    const int64_t kbeg = part * chunk, kend = klim < kbeg + chunk ? klim : kbeg + chunk;
     for (int e = tid; e < BQ * HD; e += {threads}) {{
       const int rr = e / HD, hh = e % HD;
       const int64_t qq = q0 + rr;
@@ -110,7 +116,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
     {t} acc[{oj}];
     #pragma unroll
     for (int j = 0; j < {oj}; ++j) acc[j] = 0;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {{
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK) {{
       __syncthreads();
       for (int e = tid; e < BK * HD; e += {threads}) {{
         const int cc = e / HD, hh = e % HD;
@@ -168,7 +174,13 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
           if (l + {GROUP} * j < HV) acc[j] += p * Vs[kc][l + {GROUP} * j];
       }}
     }}
-    if (qi < Tq) {{
+    if (qi < Tq && P > 1) {{                // a slice of the keys: its partial result
+      const int64_t idx = ((b * N + n) * Tq + qi) * P + part;
+      if (l == 0) {{ ws_m[idx] = m; ws_l[idx] = lsum; }}
+      #pragma unroll
+      for (int j = 0; j < {oj}; ++j)
+        if (l + {GROUP} * j < HV) ws_acc[idx * HV + l + {GROUP} * j] = acc[j];
+    }} else if (qi < Tq) {{
       const bool live = qi < qend && lsum > 0;
       #pragma unroll
       for (int j = 0; j < {oj}; ++j) {{
@@ -186,37 +198,106 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
 """
     name = "rj_attn_" + hashlib.sha256(body.encode()).hexdigest()[:20]
     ptr, cptr = f"{t} *", f"const {t} *"
-    params = (cptr, cptr, cptr, cptr, "const int32_t *", "const int32_t *", ptr) + ("int64_t",) * 5
+    params = (cptr, cptr, cptr, cptr, "const int32_t *", "const int32_t *", ptr, ptr, ptr, ptr) + ("int64_t",) * 7
     return HandKernel(name, body.replace("NAME(", name + "(", 1), params)
 
 
-def threads_for(device, work_rows: int) -> int:
-    """Threads per block (8 per query row): the largest whose blocks still cover the GPU's
-    multiprocessors, at most the device's block size."""
+@functools.lru_cache(maxsize=None)
+def combine_kernel(dtype: str, hv: int, queries: bool) -> HandKernel:
+    """Merges the key slices' partial results (running max, sum, unnormalized output) of
+    ``attention_kernel`` run with P > 1: one thread per output element."""
+    t = "float" if dtype == "float32" else "double"
+    inf = "RJ_INF_F" if dtype == "float32" else "RJ_INF_D"
+    exp = "expf" if dtype == "float32" else "exp"
+    q_end = ("const int64_t qend = qlen[b] < 0 ? 0 : (qlen[b] > Tq ? Tq : (int64_t)qlen[b]);" if queries
+             else "const int64_t qend = Tq;")
+    body = f"""
+extern "C" __global__ void NAME(const {t} *__restrict__ ws_m, const {t} *__restrict__ ws_l,
+    const {t} *__restrict__ ws_acc, const int32_t *__restrict__ qlen, {t} *__restrict__ out,
+    int64_t B, int64_t Tq, int64_t N, int64_t P) {{
+  const int64_t total = B * Tq * N * {hv};
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {{
+    const int64_t c = e % {hv}, n = (e / {hv}) % N, qi = (e / {hv} / N) % Tq, b = e / {hv} / N / Tq;
+    {q_end}
+    const int64_t i0 = ((b * N + n) * Tq + qi) * P;
+    {t} mx = -{inf};
+    for (int64_t p = 0; p < P; ++p) mx = ws_m[i0 + p] > mx ? ws_m[i0 + p] : mx;
+    {t} lsum = 0, o = 0;
+    if (mx != -{inf}) {{
+      for (int64_t p = 0; p < P; ++p) {{
+        const {t} mp = ws_m[i0 + p];
+        const {t} w = mp == -{inf} ? ({t})0 : {exp}(mp - mx);
+        lsum += ws_l[i0 + p] * w;
+        o += ws_acc[(i0 + p) * {hv} + c] * w;
+      }}
+    }}
+    out[((b * Tq + qi) * N + n) * {hv} + c] = (qi < qend && lsum > 0) ? o / lsum : ({t})0;
+  }}
+}}
+"""
+    name = "rj_attn_combine_" + hashlib.sha256(body.encode()).hexdigest()[:20]
+    params = (f"const {t} *",) * 3 + ("const int32_t *", f"{t} *") + ("int64_t",) * 4
+    return HandKernel(name, body.replace("NAME(", name + "(", 1), params)
+
+
+def schedule(device, B: int, T: int, S: int, N: int, bk_of) -> tuple:
+    """(threads per block, key slices P): the largest block (8 threads per query row) whose
+    blocks cover the GPU's multiprocessors twice; when even the smallest leaves them idle
+    (few queries: decode), the keys are split into P slices of whole key tiles, each a
+    block, merged by ``combine_kernel`` (flash-decoding)."""
     sms = max(device.max_blocks // 32, 1)
     options = [n for n in (256, 128, 64) if n <= device.threads_per_block] or [device.threads_per_block]
     for n in options:
-        if -(-work_rows // (n // GROUP)) >= sms:
-            return n
-    return options[-1]
+        if -(-T // (n // GROUP)) * N * B >= 2 * sms:
+            return n, 1
+    n = options[-1]
+    blocks = -(-T // (n // GROUP)) * N * B
+    bk = bk_of(n)
+    tiles = -(-S // bk) if bk else 1
+    return n, max(1, min(-(-2 * sms // blocks), tiles))
 
 
-def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None, qlen=None) -> bool:
+def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None, qlen=None,
+                    parts: int | None = None) -> bool:
     """``out = softmax(q k^T * scale [masks]) v`` on ``device``'s arrays (the layout of
-    ``attention_name``); False when the head sizes do not fit the kernel (nothing written)."""
+    ``attention_name``); False when the head sizes do not fit the kernel (nothing written).
+    ``parts`` overrides the number of key slices (tests)."""
     B, T, N, H = q.shape
     S, K, Hv = k.shape[1], k.shape[2], v.shape[3]
     if out.size == 0:
         return True
-    threads = threads_for(device, B * N * T)
-    kernel = attention_kernel(np.dtype(q.dtype).name, H, Hv, threads, causal, 2 if qlen is not None else
-                              1 if klen is not None else 0)
+    dtype = np.dtype(q.dtype).name
+    itemsize = np.dtype(dtype).itemsize
+    threads, P = schedule(device, B, T, S, N, lambda n: key_tile(itemsize, n // GROUP, H, Hv))
+    if parts is not None:
+        P = parts
+    if S == 0:
+        P = 1
+    lengths = 2 if qlen is not None else 1 if klen is not None else 0
+    kernel = attention_kernel(dtype, H, Hv, threads, causal, lengths)
     if kernel is None:
         return False
-    fn = device.load([kernel])[kernel.name]
-    total = -(-T // (threads // GROUP)) * N * B
-    bufs = [q, k, v, scale, klen if klen is not None else scale, qlen if qlen is not None else scale, out]
-    device.launch(fn, min(total, device.max_blocks), threads, bufs, [B, T, S, N, K])
+    bk = key_tile(itemsize, threads // GROUP, H, Hv)
+    chunk = -(-S // P // bk) * bk if P > 1 else max(S, 1)
+    P = max(1, -(-S // chunk)) if P > 1 else 1
+    kl = klen if klen is not None else scale
+    ql = qlen if qlen is not None else scale
+    total = -(-T // (threads // GROUP)) * N * B * P
+    if P == 1:
+        fn = device.load([kernel])[kernel.name]
+        device.launch(fn, min(total, device.max_blocks), threads, [q, k, v, scale, kl, ql, out, out, out, out],
+                      [B, T, S, N, K, 1, chunk])
+        return True
+    comb = combine_kernel(dtype, Hv, lengths == 2)
+    fns = device.load([kernel, comb])
+    ws_m, ws_l = device.empty((B * N * T * P,), dtype), device.empty((B * N * T * P,), dtype)
+    ws_acc = device.empty((B * N * T * P * Hv,), dtype)
+    device.launch(fns[kernel.name], min(total, device.max_blocks), threads,
+                  [q, k, v, scale, kl, ql, out, ws_m, ws_l, ws_acc], [B, T, S, N, K, P, chunk])
+    elems = B * T * N * Hv
+    tpb = device.threads_per_block
+    device.launch(fns[comb.name], min(-(-elems // tpb), device.max_blocks), tpb, [ws_m, ws_l, ws_acc, ql, out],
+                  [B, T, N, P])
     return True
 
 
