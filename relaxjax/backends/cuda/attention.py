@@ -301,22 +301,27 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
     return True
 
 
-def _gpu_impl(causal: bool, lengths: int):
-    reference = attention_reference("cupy", causal, lengths)
+def _device_impl(causal: bool, lengths: int):
+    """The library implementation: ``run(device, q, k, v, scale, [lengths...], out)`` on the
+    GPU's or the emulator's arrays (``device_kernel``: the CUDA backend passes its device);
+    the reference where the head sizes do not fit the kernel."""
+    references = {}
 
-    def run(q, k, v, scale, *rest):
-        import cupy
-        from . import cupy_device
-        q, k, v = (cupy.ascontiguousarray(x) for x in (q, k, v))      # (no copy when they are)
+    def run(device, q, k, v, scale, *rest):
+        q, k, v = (device.asarray(x) for x in (q, k, v))            # contiguous (no copy when so)
         klen = rest[0] if lengths else None
         qlen = rest[1] if lengths == 2 else None
-        if not flash_attention(cupy_device(), q, k, v, scale, rest[-1], causal, klen, qlen):
-            reference(q, k, v, scale, *rest)
+        if not flash_attention(device, q, k, v, scale, rest[-1], causal, klen, qlen):
+            xp = "cupy" if device.name == "cuda" else "numpy"
+            if xp not in references:
+                references[xp] = attention_reference(xp, causal, lengths)
+            references[xp](q, k, v, scale, *rest)
+    run.device_kernel = True
     return run
 
 
 # the library implementations (relaxjax.library registers them by these names)
-float32 = float64 = _gpu_impl(False, 0)
-float32_causal = float64_causal = _gpu_impl(True, 0)
-float32_lengths = float64_lengths = _gpu_impl(False, 1)
-float32_qlengths = float64_qlengths = _gpu_impl(False, 2)
+float32 = float64 = _device_impl(False, 0)
+float32_causal = float64_causal = _device_impl(True, 0)
+float32_lengths = float64_lengths = _device_impl(False, 1)
+float32_qlengths = float64_qlengths = _device_impl(False, 2)

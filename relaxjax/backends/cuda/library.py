@@ -1,7 +1,9 @@
 """Library calls (``call_library``) on the CUDA backend, and the CuPy implementations of the
 ``linalg.*`` functions that :mod:`relaxjax.numpy.linalg` registers.
 
-On a GPU a call runs the registered ``cuda`` implementation on CuPy arrays; a function
+On a GPU a call runs the registered ``cuda`` implementation on CuPy arrays (one marked
+``device_kernel``, relaxjax's own kernels, takes the device first and runs on the emulator
+too); a function
 registered for the host only (``numpy=`` or a native ``cpu=``) runs on copies of its operands
 on the host.  On the emulator (NumPy arrays) the ``numpy`` implementation runs (see
 :mod:`relaxjax.library`).  The ``linalg.*``
@@ -21,6 +23,12 @@ from ...library import contiguous, lookup
 def library_runner(name: str, device):
     """``call(inputs, outputs)`` running library function ``name`` on ``device``'s arrays."""
     impl = lookup(name)
+    kernel = impl.cuda if impl.cuda is not None and getattr(impl.cuda, "device_kernel", False) else None
+    if kernel is not None:
+        # relaxjax's own CUDA kernels (attention): on the GPU and on the emulator alike
+        def call(inputs, outputs):
+            kernel(device, *inputs, *outputs)
+        return call
     if device.name == "cuda" and impl.cuda is not None:
         fn = impl.cuda
 

@@ -33,183 +33,34 @@ giving zeros, not computed (a batch of sequences of different lengths, padded).
 from __future__ import annotations
 
 import functools
-import struct
+from dataclasses import dataclass
+from typing import Callable
 
 from ...library import loader
 from . import target
+from .attention_vec import Fn, Vec, fp_const, reciprocal
 from .engine import compile_llvm, generated_products, prepare_process
-from .gemm import (DECLARATIONS as GEMM_DECLARATIONS, Blocking, _Fn as GemmFn, _masked_load,
-                   _masked_store, _micro_kernel, _min, _splat, blocking, team_wanted)
+from .gemm import DECLARATIONS as GEMM_DECLARATIONS, Blocking, _micro_kernel, _min, _splat, blocking, team_wanted
 
 ROW_MAX = 8          # a block of this many queries or fewer runs row by row
 BQ = 48              # queries per block (a multiple of every micro-tile width NR; two
                      # threads share a sequence of 1024 more evenly in blocks of 48 than of 96)
 BK = {"s": 128, "d": 64}          # keys per block: the scores, BK x BQ, stay in L1/L2
 PARALLEL_MIN_MACS = 1 << 20       # less work than this runs on the calling thread
-# the work item counter and the arguments, in the context the workers share
-ARGS = ("B", "T", "N", "H", "S", "K", "Hv", "q", "k", "v", "out", "scale", "items", "nqb", "next")
-# the arrays, by their index in the library call, and the dims read from its shapes
-ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
-DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
 
 
-def symbol(dtype_char: str, causal: bool, lengths: int = 0) -> str:
-    """``lengths``: 0, 1 (key lengths) or 2 (key and query lengths)."""
-    return f"rj_attention_{dtype_char}{'_causal' if causal else ''}{['', '_lengths', '_qlengths'][lengths]}"
+def symbol(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False) -> str:
+    """``lengths``: 0, 1 (key lengths) or 2 (key and query lengths); ``varlen``: the packed
+    sequences' variant."""
+    return (f"rj_attention{'_varlen' if varlen else ''}_{dtype_char}{'_causal' if causal else ''}"
+            f"{['', '_lengths', '_qlengths'][lengths]}")
 
 
-class _Fn(GemmFn):
-    """Gemm's function builder, with stack slots (promoted to registers by the optimiser)
-    for values carried around loops."""
-
-    def slot(self, ty: str, init: str) -> str:
-        p = self.tmp()
-        self.lines.insert(2, f"  {p} = alloca {ty}, align 64")
-        self.emit(f"store {ty} {init}, ptr {p}")
-        return p
-
-    def at(self, ty: str, base: str, *offsets: str) -> str:
-        p = base
-        for o in offsets:
-            p = self.value(f"getelementptr inbounds {ty}, ptr {p}, i64 {o}")
-        return p
-
-    def mul(self, *xs) -> str:
-        out = str(xs[0])
-        for x in xs[1:]:
-            out = self.value(f"mul nsw i64 {out}, {x}")
-        return out
-
-    def add(self, *xs) -> str:
-        out = str(xs[0])
-        for x in xs[1:]:
-            out = self.value(f"add nsw i64 {out}, {x}")
-        return out
-
-
-class _Vec:
-    """Vector arithmetic of one element type and width in a function being built."""
-
-    def __init__(self, fn: _Fn, b: Blocking):
-        self.fn, self.ty, self.V, self.size = fn, b.ty, b.lanes, b.size
-        self.vt = f"<{b.lanes} x {b.ty}>"
-        self.sfx = f"v{b.lanes}f{b.size * 8}"
-        self.ivt = f"<{b.lanes} x i{b.size * 8}>"
-
-    def const(self, x: float) -> str:
-        return _splat(self.fn, self.vt, self.ty, _fp(x, self.ty == "float"), self.V)
-
-    def splat(self, x: str) -> str:
-        return _splat(self.fn, self.vt, self.ty, x, self.V)
-
-    def op(self, o: str, a: str, b: str) -> str:
-        return self.fn.value(f"{o} {self.vt} {a}, {b}")
-
-    def call(self, f: str, *xs: str) -> str:
-        return self.fn.value(f"call {self.vt} @llvm.{f}.{self.sfx}(" + ", ".join(f"{self.vt} {x}" for x in xs) + ")")
-
-    def fma(self, a, b, c) -> str:
-        return self.call("fma", a, b, c)
-
-    def load(self, p: str, mask: str | None = None) -> str:
-        if mask is None:
-            return self.fn.value(f"load {self.vt}, ptr {p}, align {self.size}")
-        return _masked_load(self.fn, self.ty, self.size, self.V, p, mask)
-
-    def store(self, x: str, p: str, mask: str | None = None) -> None:
-        if mask is None:
-            self.fn.emit(f"store {self.vt} {x}, ptr {p}, align {self.size}")
-        else:
-            _masked_store(self.fn, self.ty, self.size, self.V, x, p, mask)
-
-    def lanes_below(self, n: str) -> str:
-        """The mask of lanes ``< n``."""
-        iv = f"<{self.V} x i64>"
-        return self.fn.value(f"icmp slt {iv} {self.iota(0)}, {_splat(self.fn, iv, 'i64', n, self.V)}")
-
-    def iota(self, start: str | int) -> str:
-        """The i64 vector ``start, start + 1, ...`` (a constant for a constant start)."""
-        iv = f"<{self.V} x i64>"
-        lanes = f"<{', '.join(f'i64 {x}' for x in range(self.V))}>"
-        if start == 0:
-            return lanes
-        return self.fn.value(f"add {iv} {lanes}, {_splat(self.fn, iv, 'i64', start, self.V)}")
-
-    def sum(self, x: str) -> str:
-        """The sum of ``x``'s lanes (in any order)."""
-        return self.fn.value(f"call reassoc {self.ty} @llvm.vector.reduce.fadd.{self.sfx}({self.ty} -0.0, {self.vt} {x})")
-
-    def exp(self, x: str) -> str:
-        """e**x for x <= 0 (what a softmax takes): x = n ln2 + r (|r| <= ln2 / 2), e**r by
-        a polynomial, times 2**n (``vscalef`` on AVX-512, else the exponent's bits); exactly 0
-        below the smallest normal number's logarithm (-inf, the causal mask's, included);
-        NaN stays NaN.  Never a subnormal: the weights feed products, and a subnormal
-        operand costs a microcode assist per multiply on Intel cores (a causal attention's
-        masked half made its products 5-14x slower)."""
-        fn = self.fn
-        single = self.ty == "float"
-        V, vt = self.V, self.vt
-        lo = -87.33654 if single else -708.3964
-        if V * self.size == 64:        # AVX-512: 2**n by vscalef
-            under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
-            xc = fn.value(f"select <{V} x i1> {under}, {vt} {self.const(lo)}, {vt} {x}")
-            n = self.call("rint", self.op("fmul", xc, self.const(1.4426950408889634)))
-            p = self._exp_reduced(xc, n)
-            kind = "ps" if single else "pd"
-            y = fn.value(f"call {vt} @llvm.x86.avx512.mask.scalef.{kind}.512({vt} {p}, {vt} {n}, "
-                         f"{vt} zeroinitializer, i{V} -1, i32 4)")
-            return fn.value(f"select <{V} x i1> {under}, {vt} zeroinitializer, {vt} {y}")
-        n = self.call("rint", self.op("fmul", self.call("maxnum", x, self.const(lo)),
-                                      self.const(1.4426950408889634)))
-        p = self._exp_reduced(x, n)
-        bits, bias, mant = (32, 127, 23) if single else (64, 1023, 52)
-        ivt = self.ivt
-        ni = fn.value(f"fptosi {vt} {n} to {ivt}")
-        e = fn.value(f"shl {ivt} {fn.value(f'add {ivt} {ni}, {_ints(bits, bias, V)}')}, {_ints(bits, mant, V)}")
-        y = self.op("fmul", p, fn.value(f"bitcast {ivt} {e} to {vt}"))
-        under = fn.value(f"fcmp olt {vt} {x}, {self.const(lo)}")
-        return fn.value(f"select <{V} x i1> {under}, {vt} zeroinitializer, {vt} {y}")
-
-    def _exp_reduced(self, x: str, n: str) -> str:
-        """e**r for r = x - n ln2 (ln2 in two parts, Cody & Waite; the first's product with
-        n is exact): Cephes' polynomial for float32, Taylor's to r**13 for float64."""
-        if self.ty == "float":
-            r = self.fma(n, self.const(-0.693359375), x)
-            r = self.fma(n, self.const(2.12194440e-4), r)
-            coeffs = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                      1.6666665459e-1, 5.0000001201e-1)
-            p = self.const(coeffs[0])
-            for c in coeffs[1:]:
-                p = self.fma(p, r, self.const(c))
-            p = self.fma(p, self.op("fmul", r, r), r)
-            return self.op("fadd", p, self.const(1.0))
-        r = self.fma(n, self.const(-6.93145751953125e-1), x)
-        r = self.fma(n, self.const(-1.42860682030941723212e-6), r)
-        fact = [1.0]
-        for k in range(1, 14):
-            fact.append(fact[-1] * k)
-        p = self.const(1.0 / fact[13])
-        for k in range(12, -1, -1):
-            p = self.fma(p, r, self.const(1.0 / fact[k]))
-        return p
-
-
-def _fp(x: float, single: bool) -> str:
-    """A constant as LLVM reads it: a double's bits in hex (for float, a float's value)."""
-    if single:
-        x = struct.unpack("<f", struct.pack("<f", x))[0]
-    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", x))[0]
-
-
-def _ints(bits: int, x: int, lanes: int) -> str:
-    return "<" + ", ".join([f"i{bits} {x}"] * lanes) + ">"
-
-
-def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict) -> None:
+def _row_by_row(fn: Fn, vec: Vec, causal: bool, a: dict, item: dict, ws: dict) -> None:
     """The block's queries one at a time: scores in ``buf``, their softmax, then the output
     a register block of four vectors of columns at a time."""
     ty, V = vec.ty, vec.V
-    ninf = _fp(float("-inf"), ty == "float")
+    ninf = fp_const(float("-inf"), ty == "float")
 
     def per_row(r):
         qi = fn.add(item["q0"], r)
@@ -243,7 +94,7 @@ def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict)
             vec.store(e, p, mask)
             fn.emit(f"store {vec.vt} {vec.op('fadd', e, fn.value(f'load {vec.vt}, ptr {total}'))}, ptr {total}")
         fn.loop("0", kend, V, softmax)
-        rl = _reciprocal(fn, ty, vec.sum(fn.value(f"load {vec.vt}, ptr {total}")))
+        rl = reciprocal(fn, ty, vec.sum(fn.value(f"load {vec.vt}, ptr {total}")))
         rlv = vec.splat(rl)
 
         def columns(hc):
@@ -265,13 +116,7 @@ def _row_by_row(fn: _Fn, vec: _Vec, causal: bool, a: dict, item: dict, ws: dict)
     fn.loop("0", item["rows"], 1, per_row)
 
 
-def _reciprocal(fn: _Fn, ty: str, x: str) -> str:
-    """1 / x, or 0 where x is 0 (no keys: the output is zeros, as NumPy's empty sum)."""
-    inv = fn.value(f"fdiv {ty} 1.0, {x}")
-    return fn.value(f"select i1 {fn.value(f'fcmp oeq {ty} {x}, 0.0')}, {ty} 0.0, {ty} {inv}")
-
-
-def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item: dict, ws: dict,
+def _tiled(fn: Fn, vec: Vec, b: Blocking, bk: int, causal: bool, a: dict, item: dict, ws: dict,
            uk_rows: str, uk_cols: str) -> None:
     """The block's queries against blocks of ``bk`` keys with an online softmax (see the
     module's docstring)."""
@@ -364,7 +209,7 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
     fn.loop("0", kend, bk, key_block)
 
     def finish(i):                         # out[q0 + i, :] = Ot[:, i] / l[i]
-        rl = _reciprocal(fn, ty, fn.value(f"load {ty}, ptr {fn.at(ty, l, i)}"))
+        rl = reciprocal(fn, ty, fn.value(f"load {ty}, ptr {fn.at(ty, l, i)}"))
         op = fn.at(ty, a["out"], item["ooff"], fn.mul(i, item["ldo"]))
         fn.loop("0", a["Hv"], 1, lambda h: fn.emit(
             f"store {ty} {fn.value(f'fmul {ty} {rl}, ' + fn.value(f'load {ty}, ptr ' + fn.at(ty, Ot, fn.mul(h, BQ), i)))}, "
@@ -372,30 +217,211 @@ def _tiled(fn: _Fn, vec: _Vec, b: Blocking, bk: int, causal: bool, a: dict, item
     fn.loop("0", rows, 1, finish)
 
 
-def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int = 0) -> str:
-    """The LLVM module of native ``symbol(dtype_char, causal, lengths)`` (library ABI: q, k,
-    v, a 0-d scale, [lengths,] out; ranks 4, 4, 4, 0, [1,] 4) for ``vector_bits``-wide
-    registers."""
+def _dense_setup(fn: Fn, d: dict, p: dict) -> tuple[dict, str, list]:
+    """The batched variants' work: ``B * N`` heads of ``ceil(T / BQ)`` query blocks each."""
+    nqb = fn.value(f"sdiv i64 {fn.add(d['T'], BQ - 1)}, {BQ}")
+    macs = fn.mul(d["B"], d["N"], d["T"], d["S"], fn.add(d["H"], d["Hv"]))
+    return {"items": fn.mul(d["B"], d["N"], nqb), "nqb": nqb}, macs, []
+
+
+def _dense_decode(lengths: int):
+    def decode(fn: Fn, a: dict, it: str, ty: str) -> dict:
+        """Item ``it``: query block ``qb`` (the last first: a causal product's heaviest) of
+        head ``n`` of batch ``bi``; rows past a batch's query length zeroed here."""
+        nqb = a["nqb"]
+        bn = fn.value(f"sdiv i64 {it}, {nqb}")
+        qb = fn.value(f"sub nsw i64 {fn.value(f'sub nsw i64 {nqb}, 1')}, {fn.value(f'srem i64 {it}, {nqb}')}")
+        bi, n = fn.value(f"sdiv i64 {bn}, {a['N']}"), fn.value(f"srem i64 {bn}, {a['N']}")
+        q0 = fn.mul(qb, BQ)
+        item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {a['T']}, {q0}")), "S": a["S"]}
+        if lengths:                        # this batch's keys: lengths[bi], within [0, S]
+            at = fn.at("i32", a["lengths"], bi)
+            n_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
+            item["S"] = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {n_b}, i64 0)"), a["S"])
+        zero_rows = None
+        if lengths == 2:                   # queries from qlengths[bi] on: zeros, not computed
+            at = fn.at("i32", a["qlengths"], bi)
+            t_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
+            real = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {fn.value(f'sub nsw i64 {t_b}, {q0}')}, i64 0)"),
+                        item["rows"])
+            zero_rows = (real, item["rows"])
+            item["rows"] = real
+        _rows_of(fn, a, item, n, fn.add(fn.mul(bi, a["T"]), q0), fn.mul(bi, a["S"]))
+        if zero_rows is not None:          # this head's rows past the queries: zeros
+            def zero(r):
+                op = fn.at(ty, a["out"], item["ooff"], fn.mul(r, item["ldo"]))
+                fn.loop("0", a["Hv"], 1, lambda h: fn.emit(f"store {ty} 0.0, ptr {fn.at(ty, op, h)}"))
+            fn.loop(zero_rows[0], zero_rows[1], 1, zero)
+            skip = fn.value(f"icmp sle i64 {item['rows']}, 0")
+            fn.emit(f"br i1 {skip}, label %claim, label %compute")
+            fn.start_block("compute")
+        return item
+    return decode
+
+
+def _rows_of(fn: Fn, a: dict, item: dict, n: str, qrow0: str, krow0: str) -> None:
+    """Where the item's rows are: its first query is packed row ``qrow0`` (head ``n``), its
+    keys and values start at packed row ``krow0`` (the head ``n`` reads); the leading
+    dimension of each array (rows of all heads, interleaved)."""
+    group = fn.value(f"sdiv i64 {a['N']}, {a['K']}")
+    kvh = fn.value(f"sdiv i64 {n}, {group}")
+    qrow = fn.add(fn.mul(qrow0, a["N"]), n)
+    kvrow = fn.add(fn.mul(krow0, a["K"]), kvh)
+    item.update(qoff=fn.mul(qrow, a["H"]), ldq=fn.mul(a["N"], a["H"]),
+                koff=fn.mul(kvrow, a["H"]), ldk=fn.mul(a["K"], a["H"]),
+                voff=fn.mul(kvrow, a["Hv"]), ldv=fn.mul(a["K"], a["Hv"]),
+                ooff=fn.mul(qrow, a["Hv"]), ldo=fn.mul(a["N"], a["Hv"]))
+
+
+def _varlen_setup(fn: Fn, d: dict, p: dict) -> tuple[dict, str, list]:
+    """The packed variant's work, from the offsets: their check (status 2: shapes that do
+    not fit, 1: offsets not running from 0 to T without decreasing), each sequence's query
+    blocks counted into ``blocks`` (``blocks[b]``: the first block of sequence ``b``; B + 1
+    entries), the longest sequence (the row schedule's score buffer) and the multiply-adds,
+    sum of n**2, that decide the fork."""
+    T, N, K = d["T"], d["N"], d["K"]
+    kz = fn.value(f"icmp eq i64 {K}, 0")
+    rem = fn.value(f"srem i64 {N}, {fn.value(f'select i1 {kz}, i64 1, i64 {K}')}")
+    heads_bad = fn.value(f"select i1 {kz}, i1 {fn.value(f'icmp ne i64 {N}, 0')}, i1 "
+                         f"{fn.value(f'icmp ne i64 {rem}, 0')}")
+    bad = heads_bad
+    for x, y in ((d["Tk"], T), (d["Tv"], T), (d["Hk"], d["H"]), (d["Kv"], K)):
+        bad = fn.value(f"or i1 {bad}, {fn.value(f'icmp ne i64 {x}, {y}')}")
+    few = fn.value(f"icmp slt i64 {d['B1']}, 1")           # no offsets[0]
+    bad = fn.value(f"or i1 {bad}, {few}")
+    _return_if(fn, bad, 2)
+    B = fn.value(f"sub nsw i64 {d['B1']}, 1")
+    nbytes = fn.mul(fn.value(f"sdiv i64 {fn.add(fn.mul(d['B1'], 8), 63)}, 64"), 64)
+    blocks = fn.value(f"call ptr @aligned_alloc(i64 64, i64 {nbytes})")
+    fn.emit(f"store i64 0, ptr {blocks}")
+    off = p["offsets"]
+    first = fn.value(f"load i64, ptr {off}")
+    bad = fn.slot("i1", fn.value(f"icmp ne i64 {first}, 0"))
+    longest, pairs, nblk = fn.slot("i64", "0"), fn.slot("i64", "0"), fn.slot("i64", "0")
+
+    def update(slot: str, ty: str, op: str, x: str) -> str:
+        new = fn.value(op.format(fn.value(f"load {ty}, ptr {slot}"), x))
+        fn.emit(f"store {ty} {new}, ptr {slot}")
+        return new
+
+    def sequence(b):
+        s = fn.value(f"load i64, ptr {fn.at('i64', off, b)}")
+        e = fn.value(f"load i64, ptr {fn.at('i64', off, fn.add(b, 1))}")
+        n = fn.value(f"sub i64 {e}, {s}")          # (no nsw: bad offsets may overflow)
+        update(bad, "i1", "or i1 {}, {}", fn.value(f"icmp slt i64 {n}, 0"))
+        update(longest, "i64", "call i64 @llvm.smax.i64(i64 {}, i64 {})", n)
+        update(pairs, "i64", "add i64 {}, {}", fn.value(f"mul i64 {n}, {n}"))
+        nb = update(nblk, "i64", "add i64 {}, {}", fn.value(f"sdiv i64 {fn.value(f'add i64 {n}, {BQ - 1}')}, {BQ}"))
+        fn.emit(f"store i64 {nb}, ptr {fn.at('i64', blocks, fn.add(b, 1))}")
+    fn.loop("0", B, 1, sequence)
+    last = fn.value(f"load i64, ptr {fn.at('i64', off, B)}")
+    bad = fn.value(f"or i1 {fn.value(f'load i1, ptr {bad}')}, {fn.value(f'icmp ne i64 {last}, {T}')}")
+    _return_if(fn, bad, 1, f"call void @free(ptr {blocks})")
+    items = fn.value(f"mul i64 {fn.value(f'load i64, ptr {nblk}')}, {N}")
+    macs = fn.value(f"mul i64 {fn.value(f'load i64, ptr {pairs}')}, {fn.mul(N, fn.add(d['H'], d['Hv']))}")
+    vals = {"S": fn.value(f"load i64, ptr {longest}"), "items": items, "B": B, "blocks": blocks}
+    return vals, macs, [f"call void @free(ptr {blocks})"]
+
+
+def _return_if(fn: Fn, cond: str, status: int, *before: str) -> None:
+    """Return ``status`` (after the lines ``before``) where ``cond`` holds; go on otherwise."""
+    stop, go = fn.label("fail"), fn.label("valid")
+    fn.emit(f"br i1 {cond}, label %{stop}, label %{go}")
+    fn.start_block(stop)
+    for line in before:
+        fn.emit(line)
+    fn.emit(f"ret i32 {status}")
+    fn.start_block(go)
+
+
+def _varlen_decode(fn: Fn, a: dict, it: str, ty: str) -> dict:
+    """Item ``it``: head ``it % N`` of query block ``it / N`` counted over all sequences;
+    its sequence found by bisecting ``blocks``, its rows at the sequence's offset (its last
+    block first: a causal product's heaviest)."""
+    n, gb = fn.value(f"srem i64 {it}, {a['N']}"), fn.value(f"sdiv i64 {it}, {a['N']}")
+    lo, hi = fn.slot("i64", "0"), fn.slot("i64", a["B"])      # blocks[lo] <= gb < blocks[hi]
+    head, body, found = fn.label("bisect"), fn.label("halve"), fn.label("found")
+    fn.emit(f"br label %{head}")
+    fn.start_block(head)
+    low, high = fn.value(f"load i64, ptr {lo}"), fn.value(f"load i64, ptr {hi}")
+    wide = fn.value(f"icmp sgt i64 {fn.value(f'sub nsw i64 {high}, {low}')}, 1")
+    fn.emit(f"br i1 {wide}, label %{body}, label %{found}")
+    fn.start_block(body)
+    mid = fn.value(f"ashr i64 {fn.add(low, high)}, 1")
+    at_mid = fn.value(f"load i64, ptr {fn.at('i64', a['blocks'], mid)}")
+    le = fn.value(f"icmp sle i64 {at_mid}, {gb}")
+    fn.emit(f"store i64 {fn.value(f'select i1 {le}, i64 {mid}, i64 {low}')}, ptr {lo}")
+    fn.emit(f"store i64 {fn.value(f'select i1 {le}, i64 {high}, i64 {mid}')}, ptr {hi}")
+    fn.emit(f"br label %{head}")
+    fn.start_block(found)
+    b = fn.value(f"load i64, ptr {lo}")
+    b1 = fn.add(b, 1)
+    first = fn.value(f"load i64, ptr {fn.at('i64', a['blocks'], b)}")
+    nb = fn.value(f"sub nsw i64 {fn.value(f'load i64, ptr {fn.at(chr(105) + chr(54) + chr(52), a[chr(98) + 'locks'], b1)}')}, {first}")
+    qb = fn.value(f"sub nsw i64 {fn.value(f'sub nsw i64 {nb}, 1')}, {fn.value(f'sub nsw i64 {gb}, {first}')}")
+    base = fn.value(f"load i64, ptr {fn.at('i64', a['offsets'], b)}")
+    length = fn.value(f"sub nsw i64 {fn.value(f'load i64, ptr ' + fn.at('i64', a['offsets'], b1))}, {base}")
+    q0 = fn.mul(qb, BQ)
+    item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {length}, {q0}")), "S": length}
+    _rows_of(fn, a, item, n, fn.add(base, q0), base)
+    return item
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What differs between the library functions: the call's arrays (their index in the
+    call), the dims read from its shapes (index in the concatenated shapes), the context's
+    slots besides ``COMMON`` (those holding pointers in ``pointers``), and two generators:
+    ``setup`` in the entry (the context's values, the multiply-adds, the cleanup; it may
+    return a nonzero status early) and ``decode`` in a worker (a claimed item's rows)."""
+    arrays: dict
+    dims: dict
+    extra: tuple
+    setup: Callable
+    decode: Callable
+    pointers: frozenset = frozenset()
+
+
+# the context the workers share: the arguments and the work item counter, then a layout's own
+COMMON = ("T", "N", "H", "S", "K", "Hv", "q", "k", "v", "out", "scale", "items", "next")
+ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
+DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
+
+
+def _layout(lengths: int, varlen: bool) -> _Layout:
+    if varlen:       # q (T, N, H), k (T, K, H), v (T, K, Hv), scale, offsets (B + 1,), out
+        return _Layout({**ARRAYS, "offsets": 4, "out": 5},
+                       {"T": 0, "N": 1, "H": 2, "Tk": 3, "K": 4, "Hk": 5, "Tv": 6, "Kv": 7, "Hv": 8, "B1": 9},
+                       ("B", "offsets", "blocks"), _varlen_setup, _varlen_decode, frozenset({"blocks"}))
+    arrays = {0: ARRAYS, 1: dict(ARRAYS, lengths=4, out=5), 2: dict(ARRAYS, lengths=4, qlengths=5, out=6)}[lengths]
+    return _Layout(arrays, DIMS, ("B", "nqb") + ("lengths", "qlengths")[:lengths], _dense_setup,
+                   _dense_decode(lengths))
+
+
+def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int = 0, varlen: bool = False) -> str:
+    """The LLVM module of native ``symbol(dtype_char, causal, lengths, varlen)`` (library ABI:
+    q, k, v, a 0-d scale, [lengths,] out, ranks 4, 4, 4, 0, [1,] 4; varlen: q, k, v, scale,
+    offsets, out, ranks 3, 3, 3, 0, 1, 3) for ``vector_bits``-wide registers."""
     b = blocking(dtype_char, max(vector_bits, 128))
     if vector_bits >= 512:                 # 8 x 3 vectors: head sizes 64, 128 are whole tiles
         b = Blocking(b.ty, b.size, b.lanes, 8, 3, b.kc, b.mc, b.nc)
-    name = symbol(dtype_char, causal, lengths)
-    arrays = {0: ARRAYS, 1: dict(ARRAYS, lengths=4, out=5),
-              2: dict(ARRAYS, lengths=4, qlengths=5, out=6)}[lengths]
+    name = symbol(dtype_char, causal, lengths, varlen)
+    lay = _layout(lengths, varlen)
     ty, V, size = b.ty, b.lanes, b.size
     bk = BK[dtype_char]
     uk_rows, uk_cols = f"{name}.ukernel_rows", f"{name}.ukernel_columns"
     parts = [_micro_kernel(b, uk_rows, "rows", add=False), _micro_kernel(b, uk_cols, "columns", add=True)]
+    args = COMMON + lay.extra
 
-    fn = _Fn(f"define internal void @{name}.work(ptr %ctx) #0")
-    vec = _Vec(fn, b)
-    a = {}
-    args = ARGS + ("lengths", "qlengths")[:lengths]
-    for k, arg in enumerate(args):
-        slot = fn.at("i64", "%ctx", k)
-        a[arg] = fn.value(f"load {'ptr' if arg in arrays else 'i64'}, ptr {slot}")
+    def pointer(arg: str) -> bool:
+        return arg in lay.arrays or arg in lay.pointers
+
+    fn = Fn(f"define internal void @{name}.work(ptr %ctx) #0")
+    vec = Vec(fn, b)
+    a = {arg: fn.value(f"load {'ptr' if pointer(arg) else 'i64'}, ptr {fn.at('i64', '%ctx', k)}")
+         for k, arg in enumerate(args)}
     a["scale"] = fn.value(f"load {ty}, ptr {a['scale']}")
-    nxt = fn.at("i64", "%ctx", ARGS.index("next"))
+    nxt = fn.at("i64", "%ctx", args.index("next"))
     words = fn.add(fn.mul(BQ, fn.add(a["H"], bk, a["Hv"], 2)), a["S"], V)
     nbytes = fn.mul(fn.value(f"sdiv i64 {fn.add(fn.mul(words, size), 63)}, 64"), 64)
     base = fn.value(f"call ptr @aligned_alloc(i64 64, i64 {nbytes})")
@@ -411,40 +437,7 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
     more = fn.value(f"icmp slt i64 {it}, {a['items']}")
     fn.emit(f"br i1 {more}, label %item, label %done")
     fn.start_block("item")
-    nqb = a["nqb"]
-    bn = fn.value(f"sdiv i64 {it}, {nqb}")
-    qb = fn.value(f"sub nsw i64 {fn.value(f'sub nsw i64 {nqb}, 1')}, {fn.value(f'srem i64 {it}, {nqb}')}")
-    bi, n = fn.value(f"sdiv i64 {bn}, {a['N']}"), fn.value(f"srem i64 {bn}, {a['N']}")
-    group = fn.value(f"sdiv i64 {a['N']}, {a['K']}")
-    kvh = fn.value(f"sdiv i64 {n}, {group}")
-    q0 = fn.mul(qb, BQ)
-    item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {a['T']}, {q0}")), "S": a["S"]}
-    if lengths:                            # this batch's keys: lengths[bi], within [0, S]
-        at = fn.at("i32", a["lengths"], bi)
-        n_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
-        item["S"] = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {n_b}, i64 0)"), a["S"])
-    zero_rows = None
-    if lengths == 2:                       # queries from qlengths[bi] on: zeros, not computed
-        at = fn.at("i32", a["qlengths"], bi)
-        t_b = fn.value(f"sext i32 {fn.value(f'load i32, ptr {at}')} to i64")
-        real = _min(fn, fn.value(f"call i64 @llvm.smax.i64(i64 {fn.value(f'sub nsw i64 {t_b}, {q0}')}, i64 0)"),
-                    item["rows"])
-        zero_rows = (real, item["rows"])
-        item["rows"] = real
-    qrow = fn.add(fn.mul(fn.add(fn.mul(bi, a["T"]), q0), a["N"]), n)
-    kvrow = fn.add(fn.mul(bi, a["S"], a["K"]), kvh)
-    item.update(qoff=fn.mul(qrow, a["H"]), ldq=fn.mul(a["N"], a["H"]),
-                koff=fn.mul(kvrow, a["H"]), ldk=fn.mul(a["K"], a["H"]),
-                voff=fn.mul(kvrow, a["Hv"]), ldv=fn.mul(a["K"], a["Hv"]),
-                ooff=fn.mul(qrow, a["Hv"]), ldo=fn.mul(a["N"], a["Hv"]))
-    if zero_rows is not None:              # this head's rows past the queries: zeros
-        def zero(r):
-            op = fn.at(ty, a["out"], item["ooff"], fn.mul(r, item["ldo"]))
-            fn.loop("0", a["Hv"], 1, lambda h: fn.emit(f"store {ty} 0.0, ptr {fn.at(ty, op, h)}"))
-        fn.loop(zero_rows[0], zero_rows[1], 1, zero)
-        skip = fn.value(f"icmp sle i64 {item['rows']}, 0")
-        fn.emit(f"br i1 {skip}, label %claim, label %compute")
-        fn.start_block("compute")
+    item = lay.decode(fn, a, it, ty)
     few = fn.value(f"icmp sle i64 {item['rows']}, {ROW_MAX}")
     no_h = fn.value(f"icmp eq i64 {a['H']}, 0")
     few = fn.value(f"or i1 {few}, {no_h}")
@@ -461,19 +454,16 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
     parts.append(fn.text())
 
     # the entry: library ABI; the team when the work is worth a fork
-    fn = _Fn(f"define i32 @{name}(ptr %data, ptr %shapes, ptr %ndims, i64 %nargs)")
-    dims = {d: fn.value(f"load i64, ptr {fn.at('i64', '%shapes', k)}") for d, k in DIMS.items()}
-    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}") for p, k in arrays.items()}
-    nqb = fn.value(f"sdiv i64 {fn.add(dims['T'], BQ - 1)}, {BQ}")
-    items = fn.mul(dims["B"], dims["N"], nqb)
-    ctx = fn.value(f"alloca [{len(args)} x i64], align 8")
-    vals = {**dims, **ptrs, "items": items, "nqb": nqb, "next": "0"}
+    fn = Fn(f"define i32 @{name}(ptr %data, ptr %shapes, ptr %ndims, i64 %nargs)")
+    dims = {d: fn.value(f"load i64, ptr {fn.at('i64', '%shapes', k)}") for d, k in lay.dims.items()}
+    ptrs = {p: fn.value(f"load ptr, ptr {fn.at('ptr', '%data', k)}") for p, k in lay.arrays.items()}
+    own, macs, cleanup = lay.setup(fn, dims, ptrs)
+    ctx = fn.local(f"[{len(args)} x i64]")
+    vals = {**dims, **ptrs, **own, "next": "0"}
     for k, arg in enumerate(args):
-        t = "ptr" if arg in arrays else "i64"
-        fn.emit(f"store {t} {vals[arg]}, ptr {fn.at('i64', ctx, k)}")
-    macs = fn.mul(dims["B"], dims["N"], dims["T"], dims["S"], fn.add(dims["H"], dims["Hv"]))
+        fn.emit(f"store {'ptr' if pointer(arg) else 'i64'} {vals[arg]}, ptr {fn.at('i64', ctx, k)}")
     big = fn.value(f"and i1 {fn.value(f'icmp sge i64 {macs}, {PARALLEL_MIN_MACS}')}, "
-                   f"{fn.value(f'icmp sgt i64 {items}, 1')}")
+                   f"{fn.value(f'icmp sgt i64 {own['items']}, 1')}")
     par, threads = team_wanted(fn, big, fn.value("call i64 @llvm.readcyclecounter()"))
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
@@ -483,6 +473,8 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
     fn.emit(f"call void @{name}.work(ptr {ctx})")
     fn.emit("br label %out")
     fn.start_block("out")
+    for line in cleanup:
+        fn.emit(line)
     fn.emit("ret i32 0")
     parts.append(fn.text())
 
@@ -506,24 +498,27 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(dtype_char: str, causal: bool, lengths: int):
+def _compiled(dtype_char: str, causal: bool, lengths: int, varlen: bool):
     """The module of one attention function, built once per machine (a shared library in
     the persistent cache) or in memory where no linker is found; kept for the process."""
     prepare_process()
-    text = attention_text(dtype_char, causal, target.vector_bits(), lengths)
+    text = attention_text(dtype_char, causal, target.vector_bits(), lengths, varlen)
     return compile_llvm(text, [], native=generated_products())
 
 
-def address(dtype_char: str, causal: bool, lengths: int = 0) -> int:
-    """The address of native ``symbol(dtype_char, causal, lengths)`` (compiled on first use)."""
-    return _compiled(dtype_char, causal, lengths).address(symbol(dtype_char, causal, lengths))
+def address(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False) -> int:
+    """The address of native ``symbol(dtype_char, causal, lengths, varlen)`` (compiled on
+    first use)."""
+    return _compiled(dtype_char, causal, lengths, varlen).address(symbol(dtype_char, causal, lengths, varlen))
 
 
-def _loader(dtype_char: str, causal: bool, lengths: int = 0):
-    return loader(lambda: address(dtype_char, causal, lengths))
+def _loader(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False):
+    return loader(lambda: address(dtype_char, causal, lengths, varlen))
 
 
 float32, float64, float32_causal, float64_causal = (
     _loader(d, c) for c in (False, True) for d in "sd")
 float32_lengths, float64_lengths = (_loader(d, False, 1) for d in "sd")
 float32_qlengths, float64_qlengths = (_loader(d, False, 2) for d in "sd")
+float32_varlen, float64_varlen, float32_varlen_causal, float64_varlen_causal = (
+    _loader(d, c, varlen=True) for c in (False, True) for d in "sd")
