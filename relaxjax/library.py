@@ -43,7 +43,7 @@ import numpy as np
 from . import dtypes as dt
 
 __all__ = ["register_library", "lookup", "registered_libraries", "LibraryFunc", "attention_name",
-           "attention_lengths_name",
+           "attention_lengths_name", "attention_varlen_name",
            "LibraryImpl", "lazy", "NATIVE_SIGNATURE"]
 
 RJ_LIBRARY_ABI = ("int32_t f(void *const *data, const int64_t *shapes, const int64_t *ndims, "
@@ -445,6 +445,47 @@ def attention_reference(xp_name: str, causal: bool, lengths: int = 0):
     return run
 
 
+
+def attention_varlen_name(dtype, causal: bool) -> str:
+    """Attention within each of ``B`` sequences packed along axis 0 (FlashAttention's varlen
+    form; ``relaxjax.ragged``'s layout): inputs q (T, N, H), k (T, K, H), v (T, K, Hv) with K
+    dividing N, a 0-d scale and ``offsets`` (B + 1,) int64, sequence b being rows
+    ``offsets[b]:offsets[b + 1]`` of all three; output (T, N, Hv).  Causal: key j <= query i,
+    both counted from their sequence's start.  The offsets must run from 0 to T without
+    decreasing (an empty sequence has no rows), else ``ValueError``."""
+    return f"nn.attention_varlen{'_causal' if causal else ''}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+
+
+VARLEN_ERRORS = {1: "the offsets must run from 0 to the number of packed rows without decreasing",
+                 2: "q, k and v must have the same packed rows, k the head size of q, k and v the "
+                    "same heads, dividing q's, and offsets at least one entry"}
+
+
+def _varlen_error(status: int) -> BaseException:
+    return ValueError(f"attention over packed sequences (nn.attention_varlen*): "
+                      f"{VARLEN_ERRORS.get(status, f'failed with status {status}')}")
+
+
+def attention_varlen_reference(xp_name: str, causal: bool):
+    """The reference (NumPy) or CuPy implementation of ``attention_varlen_name``: each
+    sequence through ``attention_reference`` as a batch of one (the offsets read on the
+    host)."""
+    dense = attention_reference(xp_name, causal)
+
+    def run(q, k, v, scale, offsets, out):
+        off = np.asarray(offsets.get() if hasattr(offsets, "get") else offsets)
+        T = q.shape[0]
+        if (k.shape[0] != T or v.shape[0] != T or k.shape[2] != q.shape[2] or v.shape[1] != k.shape[1]
+                or off.size < 1 or (k.shape[1] == 0 and q.shape[1]) or (k.shape[1] and q.shape[1] % k.shape[1])):
+            raise _varlen_error(2)
+        if off[0] != 0 or off[-1] != T or np.any(np.diff(off) < 0):
+            raise _varlen_error(1)
+        for s, e in zip(off[:-1].tolist(), off[1:].tolist()):
+            if e > s:                  # the sequence as a batch of one: views, out written in place
+                dense(q[None, s:e], k[None, s:e], v[None, s:e], scale, out[None, s:e])
+    return run
+
+
 for _c in (False, True):
     for _d in ("float32", "float64"):
         register_library(attention_name(_d, _c),
@@ -461,4 +502,11 @@ for _d in ("float32", "float64"):
                      numpy=attention_reference("numpy", False, 2),
                      cuda=lazy(f"relaxjax.backends.cuda.attention:{_d}_qlengths"),
                      num_inputs=6, num_outputs=1, out_dtypes=[_d])
-del _c, _d
+for _c in (False, True):
+    for _d in ("float32", "float64"):
+        _s = f"{_d}_varlen{'_causal' if _c else ''}"
+        register_library(attention_varlen_name(_d, _c), cpu=lazy(f"relaxjax.backends.llvm.attention:{_s}"),
+                         numpy=attention_varlen_reference("numpy", _c),
+                         cuda=lazy(f"relaxjax.backends.cuda.attention:{_s}"),
+                         num_inputs=5, num_outputs=1, out_dtypes=[_d], error=_varlen_error)
+del _c, _d, _s

@@ -355,12 +355,14 @@ def _varlen_decode(fn: Fn, a: dict, it: str, ty: str) -> dict:
     fn.emit(f"br label %{head}")
     fn.start_block(found)
     b = fn.value(f"load i64, ptr {lo}")
-    b1 = fn.add(b, 1)
-    first = fn.value(f"load i64, ptr {fn.at('i64', a['blocks'], b)}")
-    nb = fn.value(f"sub nsw i64 {fn.value(f'load i64, ptr {fn.at(chr(105) + chr(54) + chr(52), a[chr(98) + 'locks'], b1)}')}, {first}")
-    qb = fn.value(f"sub nsw i64 {fn.value(f'sub nsw i64 {nb}, 1')}, {fn.value(f'sub nsw i64 {gb}, {first}')}")
-    base = fn.value(f"load i64, ptr {fn.at('i64', a['offsets'], b)}")
-    length = fn.value(f"sub nsw i64 {fn.value(f'load i64, ptr ' + fn.at('i64', a['offsets'], b1))}, {base}")
+
+    def at(array: str, i: str) -> str:
+        return fn.value(f"load i64, ptr {fn.at('i64', a[array], i)}")
+    # the sequence's blocks are [blocks[b], blocks[b + 1]); counted from its last
+    last = fn.value(f"sub nsw i64 {at('blocks', fn.add(b, 1))}, 1")
+    qb = fn.value(f"sub nsw i64 {last}, {gb}")
+    base = at("offsets", b)
+    length = fn.value(f"sub nsw i64 {at('offsets', fn.add(b, 1))}, {base}")
     q0 = fn.mul(qb, BQ)
     item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {length}, {q0}")), "S": length}
     _rows_of(fn, a, item, n, fn.add(base, q0), base)
@@ -462,8 +464,9 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
     vals = {**dims, **ptrs, **own, "next": "0"}
     for k, arg in enumerate(args):
         fn.emit(f"store {'ptr' if pointer(arg) else 'i64'} {vals[arg]}, ptr {fn.at('i64', ctx, k)}")
+    items = own["items"]
     big = fn.value(f"and i1 {fn.value(f'icmp sge i64 {macs}, {PARALLEL_MIN_MACS}')}, "
-                   f"{fn.value(f'icmp sgt i64 {own['items']}, 1')}")
+                   f"{fn.value(f'icmp sgt i64 {items}, 1')}")
     par, threads = team_wanted(fn, big, fn.value("call i64 @llvm.readcyclecounter()"))
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
