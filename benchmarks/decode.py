@@ -31,6 +31,9 @@ makes decoding hard for a compiler that specializes on shapes.  Peers:
   symbolic signatures (``make_jitted``): a concatenated cache of symbolic length ``t``, and a
   max-length cache written with ``dynamic_update_slice`` and masked attention; one compile
   each for every batch size and cache length.
+- ``relaxjax-concat-warm``, ``relaxjax-prealloc-warm``: the same, measured in a second
+  process over the first one's persistent cache (what every run on a machine after its
+  first sees: executables loaded, nothing compiled).
 
 Every (peer, batch) runs in a fresh process (like ``train_step.py``) with ``--threads``
 threads (default 2: ``*_NUM_THREADS``, ``XLA_FLAGS``, ``torch.set_num_threads``, relaxjax's
@@ -76,7 +79,9 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -87,7 +92,8 @@ from workers import run_cold_worker
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PEERS = ["numpy", "jax", "jax-bucket128", "jax-max", "torch", "torch.compile",
-         "relaxjax-concat", "relaxjax-prealloc"]
+         "relaxjax-concat", "relaxjax-prealloc", "relaxjax-concat-warm", "relaxjax-prealloc-warm"]
+WARM = "-warm"      # the same peer in a second process over the first one's persistent cache
 BUCKET = 128
 STEADY_WINDOW = 256
 WARM_REPS = 5
@@ -424,6 +430,23 @@ def worker(a) -> dict:
 
 # ----------------------------------------------------------------------------- driver
 def run_worker(peer: str, batch: int, steps: int, a) -> dict:
+    """One (peer, batch) in a fresh process; a ``-warm`` peer runs twice over one persistent
+    cache and reports the second process (its executables loaded, not compiled: what every
+    run after the first on a machine sees)."""
+    if peer.endswith(WARM):
+        cache_dir = tempfile.mkdtemp(prefix="rj-warm-cache-")
+        try:
+            first = _run_worker_once(peer[:-len(WARM)], batch, steps, a, {"RELAXJAX_CACHE_DIR": cache_dir})
+            if "error" in first:
+                return dict(first, peer=peer)
+            return dict(_run_worker_once(peer[:-len(WARM)], batch, steps, a, {"RELAXJAX_CACHE_DIR": cache_dir}),
+                        peer=peer)
+        finally:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    return _run_worker_once(peer, batch, steps, a)
+
+
+def _run_worker_once(peer: str, batch: int, steps: int, a, env: dict | None = None) -> dict:
     args = ["--worker", peer, "--batch", str(batch), "--steps", str(steps), "--max-steps", str(a.steps),
             "--prompt", str(a.prompt), "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
     res, _ = run_cold_worker(
@@ -433,7 +456,8 @@ def run_worker(peer: str, batch: int, steps: int, a) -> dict:
         label=f"{peer}, batch {batch}, {steps} steps", row={"peer": peer, "batch": batch},
         error_tail=1500, env_in_tmp={"TORCHINDUCTOR_CACHE_DIR": "ti"},
         env={"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
-             "XLA_FLAGS": f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}"},
+             "XLA_FLAGS": f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}",
+             **(env or {})},
         drop_env=("JAX_COMPILATION_CACHE_DIR",))
     print(f"   done in {res['process_s']:.1f} s" + (f": {res['error']}" if "error" in res else
           f": total {res['total_s']:.2f} s, compiles {res['compiles']}, err {res['max_rel_err']:.1e}"),

@@ -10,28 +10,18 @@ relative difference from torch's result.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu import median_time  # noqa: E402
 
 CASES = [  # (B, T, S, N, H, causal)
     (1, 1024, 1024, 8, 64, False), (1, 4096, 4096, 8, 64, False), (1, 4096, 4096, 8, 64, True),
     (8, 1024, 1024, 6, 64, True), (8, 1, 1024, 6, 64, False), (1, 1, 4096, 32, 128, False),
 ]
-
-
-def median_time(fn, sync, reps):
-    for _ in range(3):
-        fn()
-    sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ from .core import PRIMITIVES, Tracer, current_trace, find_trace
 from .ir import Var
 from .ad_linalg import LINALG_VJPS
 from .jit import jit, traced_or_jitted
-from .library import attention_lengths_name, attention_name
+from .library import attention_lengths_name, attention_name, attention_varlen_name
 from .lax.ad_util import same_shape, zeros_like
 from .lax.complex_parts import scalar
 
@@ -170,6 +170,26 @@ def _attention_qlengths_vjp(ct, q, k, v, scale, lengths, q_lengths, out):
 
 LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in ("float32", "float64")})
 LIBRARY_VJPS.update({attention_lengths_name(d, True): _attention_qlengths_vjp for d in ("float32", "float64")})
+
+
+def _attention_varlen_vjp(causal: bool):
+    """The rule of attention over packed sequences (``library.attention_varlen_name``): the
+    scores of all T packed rows against all T, masked to each row's own sequence (and its
+    earlier positions when causal), recomputed and differentiated; the scale too, which may
+    be traced.  Memory O(N T^2) (a varlen backward kernel would keep it per sequence)."""
+    def rule(ct, q, k, v, scale, offsets, out):
+        rows = rnp.arange(q.shape[0])
+        seq = rnp.searchsorted(offsets[1:], rows, side="right")           # each row's sequence
+        keep = seq[:, None] == seq[None, :]
+        if causal:                         # within one sequence, global order is its order
+            keep = rnp.logical_and(keep, rows[None, :] <= rows[:, None])
+        _, pullback = vjp(lambda q, k, v, c: nn.attention_scores(q, k, v, None, keep, c, False), q, k, v, scale)
+        return (*pullback(ct), None)
+    return rule
+
+
+LIBRARY_VJPS.update({attention_varlen_name(d, c): _attention_varlen_vjp(c) for d in ("float32", "float64")
+                     for c in (False, True)})
 LIBRARY_VJPS.update(LINALG_VJPS)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from . import numpy as rnp
 from . import lax
 from .frontend import call_library
-from .library import attention_lengths_name, attention_name
+from .library import attention_lengths_name, attention_name, attention_varlen_name
 from .numpy._base import arr, cast, dtype_of, env, shape
 from .shapes import prod, wrap_dim
 from .structs import ShapeDtypeStruct
@@ -166,6 +166,53 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     # no keys: zeros, as the library call gives (not a masked row's uniform weights)
     return rnp.where((kv_len > 0)[:, None, None, None], out, rnp.zeros((), dtype_of(out)))
 
+
+
+def dot_product_attention_varlen(query, key, value, offsets, *, scale=None, is_causal: bool = False):
+    """Attention within each of ``B`` sequences packed one after the other along axis 0,
+    without padding (FlashAttention's varlen form, one ``cu_seqlens`` for queries and keys;
+    ``relaxjax.ragged``'s layout): ``query`` ``(T, N, H)``, ``key`` ``(T, K, H)``, ``value``
+    ``(T, K, Hv)`` with ``K`` dividing ``N`` (grouped-query heads), sequence ``b`` being rows
+    ``offsets[b]:offsets[b + 1]`` of each (``offsets``: ``B + 1`` integers from 0 to ``T``,
+    non-decreasing; an empty sequence has no rows).  ``is_causal``: key ``j <= i`` for query
+    ``i``, both counted from the sequence's start; ``scale`` (a number or a 0-d array)
+    defaults to ``1 / sqrt(H)``.  Returns ``(T, N, Hv)``.
+
+    One library call (``library.attention_varlen_name``): on the CPU the blocked kernel of
+    ``nn.attention_*`` with its work items (sequence, query block, head) found from the
+    offsets, on a GPU the flash kernel likewise; the scores are never formed.  Bad offsets
+    raise ``ValueError`` when the call runs.  Its gradient forms the scores of the whole
+    packed batch, masked to each sequence's block (``ad.LIBRARY_VJPS``): ``T x T`` per head."""
+    q, k, v = arr(query), arr(key), arr(value)
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError(f"dot_product_attention_varlen: query, key and value must be packed as (rows, heads, "
+                         f"head_dim); got ranks {q.ndim}, {k.ndim}, {v.ndim}")
+    offsets = arr(offsets)
+    if offsets.ndim != 1 or not np.issubdtype(dtype_of(offsets), np.integer):
+        raise ValueError(f"dot_product_attention_varlen: offsets must be a 1-d integer array (batch + 1 "
+                         f"entries), got rank {offsets.ndim} and dtype {dtype_of(offsets)}")
+    n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
+    if int(v.shape[-2]) != kv_heads or (kv_heads == 0 and n_heads) or (kv_heads and n_heads % kv_heads):
+        raise ValueError(f"dot_product_attention_varlen: {n_heads} query heads need a key/value head count "
+                         f"dividing it (key has {kv_heads}, value {int(v.shape[-2])})")
+    dtype = np.dtype(rnp.result_type(q, k, v))
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"dot_product_attention_varlen: float32 or float64 inputs (the kernels' dtypes), "
+                        f"got {dtype}; convert them with .astype")
+    if scale is None:
+        scale = 1.0 / math.sqrt(int(q.shape[-1]))
+    scale = cast(arr(scale), dtype)
+    if rnp.ndim(scale) != 0:
+        raise ValueError(f"dot_product_attention_varlen: scale must be a number or a 0-d array, got "
+                         f"shape {tuple(shape(scale))}")
+    q, k, v = (cast(t, dtype) for t in (q, k, v))
+    e = env()
+    e.require_eq(shape(q)[0], shape(k)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and key")
+    e.require_eq(shape(q)[0], shape(v)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and value")
+    e.require_eq(shape(q)[2], shape(k)[2], "dot_product_attention_varlen: head size (axis 2) of query and key")
+    out = ShapeDtypeStruct((wrap_dim(shape(q)[0]), wrap_dim(shape(q)[1]), wrap_dim(shape(v)[2])), dtype)
+    return call_library(attention_varlen_name(dtype, bool(is_causal)), q, k, v, scale,
+                        cast(offsets, np.dtype("int64")), out=out)
 
 def key_length_mask(lengths, key):
     """Key lengths (B,) as a mask of the scores (B, N, T, S): key j of batch b is kept

@@ -341,27 +341,21 @@ def softmax(r: RaggedArray, axis: int = -1) -> RaggedArray:
 def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArray, *, scale=None,
                           is_causal: bool = False, max_len=None) -> RaggedArray:
     """Attention within each sequence (varlen attention): ragged ``query``/``key``/``value``
-    of inner shape ``(heads, head_dim)`` over the same sequences, ``nn.dot_product_attention``'s
-    semantics per sequence.  Runs as the attention library call on the sequences padded to
-    ``max_len`` (needed inside ``jit``, as for :meth:`RaggedArray.to_padded`), its loops
-    stopping at each sequence's length, for its keys and its queries (``key_value_seq_lengths``
-    and ``query_seq_lengths``: the padding's rows are not computed); the scores are never
-    formed, and the result is packed back."""
+    of inner shapes ``(N, H)``, ``(K, H)``, ``(K, Hv)`` over the same sequences (``K``
+    dividing ``N``), ``nn.dot_product_attention``'s semantics per sequence (``is_causal``:
+    positions counted from each sequence's start).  One library call on the packed values
+    and the offsets (``nn.dot_product_attention_varlen``): nothing is padded and the scores
+    are never formed; one compile serves every batch.  ``max_len`` is accepted for
+    compatibility and ignored (the padded form needed it inside ``jit``)."""
+    del max_len                            # no padding: the longest length is not needed
     if not all(isinstance(t, RaggedArray) for t in (query, key, value)):
         raise TypeError("ragged dot_product_attention: query, key and value must be ragged arrays "
                         "(make them with relaxjax.ragged.from_lengths / from_list)")
     _same_sequences(query, key)
     _same_sequences(query, value)
-    if len(query.inner_shape) != 2:
-        raise ValueError(f"ragged dot_product_attention: inner shape (heads, head_dim) expected, got "
-                         f"{query.inner_shape}")
-    q, k, v = (t.to_padded(max_len=max_len) for t in (query, key, value))
-    n = query.lengths
-    out = nn.dot_product_attention(q, k, v, scale=scale, is_causal=is_causal,
-                                   key_value_seq_lengths=n, query_seq_lengths=n)
-    # packed row p is row p - offsets[b] of sequence b = segment_ids[p]
-    ids = query.segment_ids()
-    pos = rnp.arange(query.values.shape[0]) - rnp.take(query.offsets, ids)
-    width = out.shape[1]
-    flat = out.reshape((-1,) + tuple(out.shape[2:]))
-    return query.with_values(rnp.take(flat, ids * width + pos, axis=0))
+    if len(query.inner_shape) != 2 or len(key.inner_shape) != 2 or len(value.inner_shape) != 2:
+        raise ValueError(f"ragged dot_product_attention: inner shapes (heads, head_dim) expected, got "
+                         f"{query.inner_shape}, {key.inner_shape}, {value.inner_shape}")
+    out = nn.dot_product_attention_varlen(query.values, key.values, value.values, query.offsets,
+                                          scale=scale, is_causal=is_causal)
+    return query.with_values(out)

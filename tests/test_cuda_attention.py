@@ -15,6 +15,7 @@ from relaxjax.backends.cuda import emulated_device, gpu_available
 from relaxjax.backends.cuda.attention import (attention_kernel, combine_kernel, flash_attention, key_tile,
                                               schedule)
 from relaxjax.library import attention_reference
+from test_cuda import nvrtc_errors
 
 DEVICES = ["emulated"] + (["gpu"] if gpu_available() else [])
 LENGTHS = st.sampled_from([1, 2, 7, 8, 9, 17, 63, 64, 65, 130])
@@ -79,26 +80,11 @@ def test_kernel_source_has_no_score_matrix_in_global_memory():
 def test_every_variant_compiles_with_nvrtc():
     """What the GPU compiles at run time (NVRTC, sm_90, relaxjax's options): each dtype,
     block size and variant, at head sizes 64 and 128 (different key tiles)."""
-    import ctypes
-    from relaxjax.backends.cuda.device import NVRTC_OPTIONS, module_source
-    from test_cuda import _libnvrtc
-    lib = _libnvrtc()
-    if lib is None:
-        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
+    from relaxjax.backends.cuda.device import module_source
     kernels = [attention_kernel(d, h, h, nt, c, lg) for d in ("float32", "float64") for h in (64, 128)
                for nt in (256, 64) for c, lg in ((False, 0), (True, 0), (False, 1), (False, 2))]
     kernels += [combine_kernel(d, 64, q) for d in ("float32", "float64") for q in (False, True)]
-    src = module_source([k for k in kernels if k is not None]).encode()
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"attention.cu", 0, None, None) == 0
-    opts = [o.encode() for o in NVRTC_OPTIONS] + [b"--gpu-architecture=sm_90"]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    assert rc == 0, log.value.decode()[-4000:]
+    assert nvrtc_errors(module_source([k for k in kernels if k is not None]), "attention.cu") is None
 
 
 class _H200:

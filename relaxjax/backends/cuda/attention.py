@@ -62,18 +62,28 @@ def key_tile(itemsize: int, bq: int, h: int, hv: int) -> int | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def attention_kernel(dtype: str, h: int, hv: int, threads: int, causal: bool, lengths: int) -> HandKernel | None:
-    """The kernel for these constants, or None when its tiles do not fit (``key_tile``).
-    ``lengths``: 0, 1 (key lengths per batch) or 2 (key and query lengths)."""
-    t = "float" if dtype == "float32" else "double"
-    bq = threads // GROUP
-    bk = key_tile(np.dtype(dtype).itemsize, bq, h, hv)
-    if bk is None:
-        return None
-    inf = "RJ_INF_F" if dtype == "float32" else "RJ_INF_D"
-    exp = "expf" if dtype == "float32" else "exp"
-    sj, oj = bk // GROUP, -(-hv // GROUP)
+@dataclass(frozen=True)
+class _Layout:
+    """What differs between the batched kernels and the packed (varlen) one, as CUDA C: the
+    parameters and their C types; ``items``, the loop over work items, whose body defines
+    ``n``, ``kh`` (the heads), ``q0``, ``qi`` (the block's first query, the thread's row),
+    ``send``, ``qend`` (keys and computed queries of the item's sequence) and ``kbeg``,
+    ``kend`` (the keys this block reads); ``qrow``/``krow``, the packed row of query or
+    key ``x`` of the item (``x`` counted from its sequence's start); ``qlim``, the rows of
+    the sequence; ``store``, the test that opens the output's write (the batched kernels
+    may write a key slice's partial result instead)."""
+    params: str
+    param_types: tuple
+    items: str
+    qrow: str
+    krow: str
+    qlim: str
+    store: str
+
+
+def _batched(t: str, threads: int, causal: bool, lengths: int) -> _Layout:
+    """q (B, Tq, N, H), k (B, S, KH, H), v (B, S, KH, Hv): a work item is (key slice, query
+    block, head, batch)."""
     key_end = "const int64_t send = S;"
     if lengths:
         key_end = "const int64_t send = klen[b] < 0 ? 0 : (klen[b] > S ? S : (int64_t)klen[b]);"
@@ -81,24 +91,11 @@ def attention_kernel(dtype: str, h: int, hv: int, threads: int, causal: bool, le
     if lengths == 2:
         q_end = "const int64_t qend = qlen[b] < 0 ? 0 : (qlen[b] > Tq ? Tq : (int64_t)qlen[b]);"
     loop_end = "(send < q0 + BQ ? send : q0 + BQ)" if causal else "send"
-    keep = "kk < kend && kk <= qi" if causal else "kk < kend"
-    body = f"""
-#define BQ {bq}
-#define BK {bk}
-#define HD {h}
-#define HV {hv}
-extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}) NAME(
-    const {t} *__restrict__ q, const {t} *__restrict__ k, const {t} *__restrict__ v,
+    params = f"""const {t} *__restrict__ q, const {t} *__restrict__ k, const {t} *__restrict__ v,
     const {t} *__restrict__ scale_p, const int32_t *__restrict__ klen, const int32_t *__restrict__ qlen,
     {t} *__restrict__ out, {t} *__restrict__ ws_m, {t} *__restrict__ ws_l, {t} *__restrict__ ws_acc,
-    int64_t B, int64_t Tq, int64_t S, int64_t N, int64_t KH, int64_t P, int64_t chunk) {{
-  __shared__ {t} Qs[BQ][HD + 1];
-  __shared__ {t} Ks[BK][HD + 1];
-  __shared__ {t} Vs[BK][HV];
-  __shared__ {t} Ps[BQ][BK];
-  const int tid = threadIdx.x, r = tid / {GROUP}, l = tid % {GROUP};
-  const {t} scale = scale_p[0];
-  const int64_t nqt = (Tq + BQ - 1) / BQ, total = nqt * N * B * P, g = N / KH;
+    int64_t B, int64_t Tq, int64_t S, int64_t N, int64_t KH, int64_t P, int64_t chunk"""
+    items = f"""const int64_t nqt = (Tq + BQ - 1) / BQ, total = nqt * N * B * P, g = N / KH;
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {{
     const int64_t part = w % P, rest = w / P;
     const int64_t qt = rest % nqt, n = (rest / nqt) % N, b = rest / nqt / N, kh = n / g;
@@ -106,11 +103,87 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
     {key_end}
     {q_end}
     const int64_t klim = {loop_end};        // keys [0, klim) for the block; this part's slice:
-    const int64_t kbeg = part * chunk, kend = klim < kbeg + chunk ? klim : kbeg + chunk;
+    const int64_t kbeg = part * chunk, kend = klim < kbeg + chunk ? klim : kbeg + chunk;"""
+    store = f"""if (qi < Tq && P > 1) {{                // a slice of the keys: its partial result
+      const int64_t idx = ((b * N + n) * Tq + qi) * P + part;
+      if (l == 0) {{ ws_m[idx] = m; ws_l[idx] = lsum; }}
+      #pragma unroll
+      for (int j = 0; j < OJ; ++j)
+        if (l + {GROUP} * j < HV) ws_acc[idx * HV + l + {GROUP} * j] = acc[j];
+    }} else if (qi < Tq) {{"""
+    ptr, cptr = f"{t} *", f"const {t} *"
+    types = (cptr, cptr, cptr, cptr, "const int32_t *", "const int32_t *", ptr, ptr, ptr, ptr) + ("int64_t",) * 7
+    return _Layout(params, types, items, "b * Tq + {}", "b * S + {}", "Tq", store)
+
+
+def _packed(t: str, causal: bool) -> _Layout:
+    """q (T, N, H), k (T, KH, H), v (T, KH, Hv), sequence b rows offs[b]:offs[b + 1]: a work
+    item is (query block, head), the blocks counted over all sequences (``blk``, from
+    ``varlen_blocks_kernel``), its sequence found by bisection.  Offsets are clamped to
+    [0, T] (bad ones are not checked here: that would wait for the device; nothing is read
+    or written out of bounds)."""
+    loop_end = "(send < q0 + BQ ? send : q0 + BQ)" if causal else "send"
+    params = f"""const {t} *__restrict__ q, const {t} *__restrict__ k, const {t} *__restrict__ v,
+    const {t} *__restrict__ scale_p, const int64_t *__restrict__ offs, const int64_t *__restrict__ blk,
+    {t} *__restrict__ out, int64_t B, int64_t T, int64_t N, int64_t KH"""
+    items = f"""const int64_t total = blk[B] * N, g = N / KH;
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {{
+    const int64_t n = w % N, gb = w / N, kh = n / g;
+    int64_t lo = 0, hi = B;                 // blk[lo] <= gb < blk[hi]
+    while (hi - lo > 1) {{
+      const int64_t mid = (lo + hi) / 2;
+      if (blk[mid] <= gb) lo = mid; else hi = mid;
+    }}
+    {_CLAMPED.format(b="lo")}
+    const int64_t q0 = (gb - blk[lo]) * BQ, qi = q0 + r;
+    const int64_t send = len, qend = len;
+    const int64_t kbeg = 0, kend = {loop_end};"""
+    ptr, cptr = f"{t} *", f"const {t} *"
+    types = (cptr, cptr, cptr, cptr, "const int64_t *", "const int64_t *", ptr) + ("int64_t",) * 4
+    return _Layout(params, types, items, "base + {}", "base + {}", "len", "if (qi < len) {")
+
+
+# sequence b's first row and length from the offsets, within [0, T] whatever they hold
+_CLAMPED = ("const int64_t base = offs[{b}] < 0 ? 0 : (offs[{b}] > T ? T : offs[{b}]), "
+            "len = (offs[{b} + 1] < base ? base : (offs[{b} + 1] > T ? T : offs[{b} + 1])) - base;")
+
+
+@functools.lru_cache(maxsize=None)
+def attention_kernel(dtype: str, h: int, hv: int, threads: int, causal: bool, lengths: int,
+                     varlen: bool = False) -> HandKernel | None:
+    """The kernel for these constants, or None when its tiles do not fit (``key_tile``).
+    ``lengths``: 0, 1 (key lengths per batch) or 2 (key and query lengths); ``varlen``: the
+    packed sequences' kernel (``library.attention_varlen_name``; no lengths)."""
+    t = "float" if dtype == "float32" else "double"
+    bq = threads // GROUP
+    bk = key_tile(np.dtype(dtype).itemsize, bq, h, hv)
+    if bk is None:
+        return None
+    if varlen and lengths:
+        raise ValueError("attention_kernel: the packed (varlen) kernel takes no key or query lengths")
+    lay = _packed(t, causal) if varlen else _batched(t, threads, causal, lengths)
+    inf = "RJ_INF_F" if dtype == "float32" else "RJ_INF_D"
+    exp = "expf" if dtype == "float32" else "exp"
+    sj, oj = bk // GROUP, -(-hv // GROUP)
+    keep = "kk < kend && kk <= qi" if causal else "kk < kend"
+    body = f"""
+#define BQ {bq}
+#define BK {bk}
+#define HD {h}
+#define HV {hv}
+extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}) NAME(
+    {lay.params}) {{
+  __shared__ {t} Qs[BQ][HD + 1];
+  __shared__ {t} Ks[BK][HD + 1];
+  __shared__ {t} Vs[BK][HV];
+  __shared__ {t} Ps[BQ][BK];
+  const int tid = threadIdx.x, r = tid / {GROUP}, l = tid % {GROUP};
+  const {t} scale = scale_p[0];
+  {lay.items}
     for (int e = tid; e < BQ * HD; e += {threads}) {{
       const int rr = e / HD, hh = e % HD;
       const int64_t qq = q0 + rr;
-      Qs[rr][hh] = qq < Tq ? q[((b * Tq + qq) * N + n) * HD + hh] : ({t})0;
+      Qs[rr][hh] = qq < {lay.qlim} ? q[(({lay.qrow.format("qq")}) * N + n) * HD + hh] : ({t})0;
     }}
     {t} m = -{inf}, lsum = 0;
     {t} acc[{oj}];
@@ -121,12 +194,12 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
       for (int e = tid; e < BK * HD; e += {threads}) {{
         const int cc = e / HD, hh = e % HD;
         const int64_t kk = k0 + cc;
-        Ks[cc][hh] = kk < kend ? k[((b * S + kk) * KH + kh) * HD + hh] : ({t})0;
+        Ks[cc][hh] = kk < kend ? k[(({lay.krow.format("kk")}) * KH + kh) * HD + hh] : ({t})0;
       }}
       for (int e = tid; e < BK * HV; e += {threads}) {{
         const int cc = e / HV, hh = e % HV;
         const int64_t kk = k0 + cc;
-        Vs[cc][hh] = kk < kend ? v[((b * S + kk) * KH + kh) * HV + hh] : ({t})0;
+        Vs[cc][hh] = kk < kend ? v[(({lay.krow.format("kk")}) * KH + kh) * HV + hh] : ({t})0;
       }}
       __syncthreads();
       {t} s[{sj}];
@@ -174,18 +247,12 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
           if (l + {GROUP} * j < HV) acc[j] += p * Vs[kc][l + {GROUP} * j];
       }}
     }}
-    if (qi < Tq && P > 1) {{                // a slice of the keys: its partial result
-      const int64_t idx = ((b * N + n) * Tq + qi) * P + part;
-      if (l == 0) {{ ws_m[idx] = m; ws_l[idx] = lsum; }}
-      #pragma unroll
-      for (int j = 0; j < {oj}; ++j)
-        if (l + {GROUP} * j < HV) ws_acc[idx * HV + l + {GROUP} * j] = acc[j];
-    }} else if (qi < Tq) {{
+    {lay.store.replace("OJ", str(oj))}
       const bool live = qi < qend && lsum > 0;
       #pragma unroll
       for (int j = 0; j < {oj}; ++j) {{
         const int c = l + {GROUP} * j;
-        if (c < HV) out[((b * Tq + qi) * N + n) * HV + c] = live ? acc[j] / lsum : ({t})0;
+        if (c < HV) out[(({lay.qrow.format("qi")}) * N + n) * HV + c] = live ? acc[j] / lsum : ({t})0;
       }}
     }}
     __syncthreads();
@@ -197,9 +264,43 @@ extern "C" __global__ void __launch_bounds__({threads}, {max(1, 512 // threads)}
 #undef HV
 """
     name = "rj_attn_" + hashlib.sha256(body.encode()).hexdigest()[:20]
-    ptr, cptr = f"{t} *", f"const {t} *"
-    params = (cptr, cptr, cptr, cptr, "const int32_t *", "const int32_t *", ptr, ptr, ptr, ptr) + ("int64_t",) * 7
-    return HandKernel(name, body.replace("NAME(", name + "(", 1), params)
+    return HandKernel(name, body.replace("NAME(", name + "(", 1), lay.param_types)
+
+
+@functools.lru_cache(maxsize=None)
+def varlen_blocks_kernel(bq: int) -> HandKernel:
+    """``blk[b]``: the query blocks of ``bq`` rows before sequence ``b`` (B + 1 entries, the
+    last the total), from the offsets (clamped as the packed kernel clamps them): one block
+    of threads, each summing a run of sequences, then a scan of the runs' sums."""
+    body = f"""
+extern "C" __global__ void NAME(const int64_t *__restrict__ offs, int64_t *__restrict__ blk, int64_t B,
+    int64_t T) {{
+  __shared__ int64_t runs[1024];
+  const int64_t t = threadIdx.x, nt = blockDim.x, per = (B + nt - 1) / nt;
+  const int64_t b0 = t * per < B ? t * per : B, b1 = b0 + per < B ? b0 + per : B;
+  int64_t sum = 0;
+  for (int64_t b = b0; b < b1; ++b) {{
+    {_CLAMPED.format(b="b")}
+    sum += (len + {bq - 1}) / {bq};
+  }}
+  runs[t] = sum;
+  __syncthreads();
+  if (t == 0) {{
+    int64_t acc = 0;
+    for (int64_t i = 0; i < nt; ++i) {{ const int64_t x = runs[i]; runs[i] = acc; acc += x; }}
+    blk[0] = 0;
+  }}
+  __syncthreads();
+  int64_t acc = runs[t];
+  for (int64_t b = b0; b < b1; ++b) {{
+    {_CLAMPED.format(b="b")}
+    acc += (len + {bq - 1}) / {bq};
+    blk[b + 1] = acc;
+  }}
+}}
+"""
+    name = "rj_attn_blocks_" + hashlib.sha256(body.encode()).hexdigest()[:20]
+    return HandKernel(name, body.replace("NAME(", name + "(", 1), ("const int64_t *", "int64_t *", "int64_t", "int64_t"))
 
 
 @functools.lru_cache(maxsize=None)

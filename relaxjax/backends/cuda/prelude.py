@@ -229,29 +229,23 @@ static inline unsigned long long atomicCAS(unsigned long long *p, unsigned long 
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return cmp;
 }
-// shuffles: every thread of the team calls them together (as the generated code does)
+// shuffles: every thread of the team calls them together (as the generated code does);
+// thread t gets thread src's v, or its own where src is outside its warp or the block
 static double rj_shfl_slots[1024];
-template <class T> static inline T __shfl_down_sync(unsigned, T v, int o) {
+template <class T> static inline T rj_shfl_from(T v, unsigned src, bool ok) {
   T *slots = (T *)rj_shfl_slots;
-  const unsigned t = threadIdx.x;
   _Pragma("omp barrier")
-  slots[t] = v;
+  slots[threadIdx.x] = v;
   _Pragma("omp barrier")
-  const unsigned src = t + o;
-  T r = ((t & 31) + o < 32 && src < blockDim.x) ? slots[src] : v;
+  T r = (ok && src < blockDim.x) ? slots[src] : v;
   _Pragma("omp barrier")
   return r;
 }
+template <class T> static inline T __shfl_down_sync(unsigned, T v, int o) {
+  return rj_shfl_from(v, threadIdx.x + o, (threadIdx.x & 31) + o < 32);
+}
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
-  T *slots = (T *)rj_shfl_slots;
-  const unsigned t = threadIdx.x;
-  _Pragma("omp barrier")
-  slots[t] = v;
-  _Pragma("omp barrier")
-  const unsigned src = t ^ (unsigned)o;
-  T r = src < blockDim.x ? slots[src] : v;
-  _Pragma("omp barrier")
-  return r;
+  return rj_shfl_from(v, threadIdx.x ^ (unsigned)o, true);
 }
 // a warp's memory fence: the whole team's barrier (every thread reaches it, as in the kernels)
 #define __syncwarp() _Pragma("omp barrier")
