@@ -466,6 +466,15 @@ def _varlen_error(status: int) -> BaseException:
                       f"{VARLEN_ERRORS.get(status, f'failed with status {status}')}")
 
 
+def check_varlen_shapes(q, k, v, offsets) -> None:
+    """The ``ValueError`` of status 2 when the arrays of an ``attention_varlen_name`` call
+    do not fit together (what the native implementation checks too)."""
+    (T, N, H), (Tk, K, Hk), (Tv, Kv, _) = q.shape, k.shape, v.shape
+    heads = K == 0 and N > 0 or K > 0 and N % K
+    if Tk != T or Tv != T or Hk != H or Kv != K or heads or offsets.shape[0] < 1:
+        raise _varlen_error(2)
+
+
 def attention_varlen_reference(xp_name: str, causal: bool):
     """The reference (NumPy) or CuPy implementation of ``attention_varlen_name``: each
     sequence through ``attention_reference`` as a batch of one (the offsets read on the
@@ -473,12 +482,9 @@ def attention_varlen_reference(xp_name: str, causal: bool):
     dense = attention_reference(xp_name, causal)
 
     def run(q, k, v, scale, offsets, out):
+        check_varlen_shapes(q, k, v, offsets)
         off = np.asarray(offsets.get() if hasattr(offsets, "get") else offsets)
-        T = q.shape[0]
-        if (k.shape[0] != T or v.shape[0] != T or k.shape[2] != q.shape[2] or v.shape[1] != k.shape[1]
-                or off.size < 1 or (k.shape[1] == 0 and q.shape[1]) or (k.shape[1] and q.shape[1] % k.shape[1])):
-            raise _varlen_error(2)
-        if off[0] != 0 or off[-1] != T or np.any(np.diff(off) < 0):
+        if off[0] != 0 or off[-1] != q.shape[0] or np.any(np.diff(off) < 0):
             raise _varlen_error(1)
         for s, e in zip(off[:-1].tolist(), off[1:].tolist()):
             if e > s:                  # the sequence as a batch of one: views, out written in place

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...library import attention_reference
+from ...library import attention_reference, attention_varlen_reference, check_varlen_shapes
 
 GROUP = 8                   # threads per query row
 SHARED_BYTES = 48 * 1024    # static shared memory a block may use
@@ -81,7 +81,7 @@ class _Layout:
     store: str
 
 
-def _batched(t: str, threads: int, causal: bool, lengths: int) -> _Layout:
+def _batched(t: str, causal: bool, lengths: int) -> _Layout:
     """q (B, Tq, N, H), k (B, S, KH, H), v (B, S, KH, Hv): a work item is (key slice, query
     block, head, batch)."""
     key_end = "const int64_t send = S;"
@@ -161,7 +161,7 @@ def attention_kernel(dtype: str, h: int, hv: int, threads: int, causal: bool, le
         return None
     if varlen and lengths:
         raise ValueError("attention_kernel: the packed (varlen) kernel takes no key or query lengths")
-    lay = _packed(t, causal) if varlen else _batched(t, threads, causal, lengths)
+    lay = _packed(t, causal) if varlen else _batched(t, causal, lengths)
     inf = "RJ_INF_F" if dtype == "float32" else "RJ_INF_D"
     exp = "expf" if dtype == "float32" else "exp"
     sj, oj = bk // GROUP, -(-hv // GROUP)
@@ -402,6 +402,35 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
     return True
 
 
+
+def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = False) -> bool:
+    """``out`` = attention within each packed sequence (the layout of
+    ``library.attention_varlen_name``; ``offsets`` int64 on the device) on ``device``'s
+    arrays; False when the head sizes do not fit the kernel (nothing written).  Two
+    launches: the query blocks counted per sequence (``varlen_blocks_kernel``), then the
+    packed kernel over (query block, head), one key slice (P = 1)."""
+    check_varlen_shapes(q, k, v, offsets)
+    T, N, H = q.shape
+    K, Hv = k.shape[1], v.shape[2]
+    if out.size == 0:
+        return True
+    dtype = np.dtype(q.dtype).name
+    # the batched kernels' choice, as if the packed rows were one sequence (the blocks are
+    # at least that many)
+    threads, _ = schedule(device, 1, T, T, N, lambda n: key_tile(np.dtype(dtype).itemsize, n // GROUP, H, Hv))
+    kernel = attention_kernel(dtype, H, Hv, threads, causal, 0, varlen=True)
+    if kernel is None:
+        return False
+    bq, B = threads // GROUP, offsets.shape[0] - 1
+    counts = varlen_blocks_kernel(bq)
+    fns = device.load([kernel, counts])
+    blk = device.empty((B + 1,), "int64")
+    device.launch(fns[counts.name], 1, min(device.threads_per_block, 1024), [offsets, blk], [B, T])
+    most = (-(-T // bq) + B) * N           # every sequence's last block may be partial
+    device.launch(fns[kernel.name], min(most, device.max_blocks), threads, [q, k, v, scale, offsets, blk, out],
+                  [B, T, N, K])
+    return True
+
 def _device_impl(causal: bool, lengths: int):
     """The library implementation: ``run(device, q, k, v, scale, [lengths...], out)`` on the
     GPU's or the emulator's arrays (``device_kernel``: the CUDA backend passes its device);
@@ -426,3 +455,22 @@ float32 = float64 = _device_impl(False, 0)
 float32_causal = float64_causal = _device_impl(True, 0)
 float32_lengths = float64_lengths = _device_impl(False, 1)
 float32_qlengths = float64_qlengths = _device_impl(False, 2)
+
+
+def _varlen_impl(causal: bool):
+    """The packed (varlen) library implementation, a device kernel as ``_device_impl``'s."""
+    references = {}
+
+    def run(device, q, k, v, scale, offsets, out):
+        q, k, v, offsets = (device.asarray(x) for x in (q, k, v, offsets))
+        if not flash_attention_varlen(device, q, k, v, scale, offsets, out, causal):
+            xp = "cupy" if device.name == "cuda" else "numpy"
+            if xp not in references:
+                references[xp] = attention_varlen_reference(xp, causal)
+            references[xp](q, k, v, scale, offsets, out)
+    run.device_kernel = True
+    return run
+
+
+float32_varlen = float64_varlen = _varlen_impl(False)
+float32_varlen_causal = float64_varlen_causal = _varlen_impl(True)
