@@ -21,12 +21,13 @@ What runs on the packed values needs no padding at all:
 
 ``to_padded`` gathers into ``(batch, max_len, *inner)``; ``from_padded`` packs back.
 
-:func:`dot_product_attention` is attention within each sequence, on the attention kernel
-that stops at each sequence's length.
+:func:`dot_product_attention` is attention within each sequence on the packed values and
+the offsets, unpadded (varlen attention: one library call, ``nn.attention_varlen*``, whose
+kernels find each work item's sequence from the offsets; no ``max_len`` needed).
 
 Not yet here (issue 20's later steps): per-sequence products that make a ragged x ragged
-block as a value, attention without padding the queries, loops whose extent depends on an
-outer index in the loop-level IR, and the ragged type shown in the IR.
+block as a value, loops whose extent depends on an outer index in the loop-level IR, and the
+ragged type shown in the IR.
 """
 from __future__ import annotations
 

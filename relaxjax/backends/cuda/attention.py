@@ -13,6 +13,12 @@ With few query rows (decode: one query against a long cache) the blocks would le
 multiprocessors idle, so the keys are split into slices, a block each, whose partial
 results (max, sum, unnormalized output) a second kernel merges (flash-decoding; ``schedule``).
 
+Sequences packed without padding (``library.attention_varlen_name``, FlashAttention's varlen
+form) run the same kernel body with another ``_Layout``: a small kernel counts each
+sequence's query blocks from the offsets (``varlen_blocks_kernel``), and a work item, (query
+block over all sequences, head), finds its sequence by bisecting those counts; its rows are
+the sequence's, from its offset.  No key slices there (P = 1).
+
 The kernel is generated per (dtype, head sizes, threads per block, variant): every size
 that decides a loop bound or a shared-memory array is a constant, so NVRTC unrolls the dot
 products; batch, heads and both sequence lengths are run-time integers.  Head sizes whose

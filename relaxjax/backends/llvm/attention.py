@@ -1,5 +1,5 @@
 """Attention that never builds the score matrix: the native ``nn.attention_*`` library
-functions of :mod:`relaxjax.attention`, generated as LLVM IR.
+functions of :mod:`relaxjax.library`, generated as LLVM IR.
 
 ``out = softmax(q k^T * scale [causal]) v`` per (batch, head), for ``q`` (B, T, N, H),
 ``k`` (B, S, K, H), ``v`` (B, S, K, Hv) and ``out`` (B, T, N, Hv), with ``K`` dividing ``N``
@@ -29,6 +29,14 @@ batch ``b`` attending to its first ``lengths[b]`` keys only (clamped to [0, S]; 
 zeros), the loops stopping there (a decode step over a preallocated cache reads the filled
 part); then ``query_lengths`` (B,) int32, batch ``b``'s queries from ``query_lengths[b]`` on
 giving zeros, not computed (a batch of sequences of different lengths, padded).
+
+The ``varlen`` variant (``library.attention_varlen_name``) takes the sequences packed,
+``q`` (T, N, H), ``k`` (T, K, H), ``v`` (T, K, Hv), and ``offsets`` (B + 1,) int64 before
+``out`` (T, N, Hv): the entry checks the offsets (a nonzero status otherwise) and counts each
+sequence's query blocks into a prefix array; an item is (query block over all sequences,
+head), its sequence found by bisecting that array, and the same two schedules run on the
+sequence's rows.  What differs between the variants is a ``_Layout``: the call's arrays and
+dims, the context's slots, the entry's setup and a worker's decoding of an item.
 """
 from __future__ import annotations
 
