@@ -20,9 +20,9 @@ Batch i of a workload is drawn from the seed (workload, i), the same for every p
 then each sentence's (n, d) float32 inputs.  Peers:
 
 - ``relaxjax-ragged``: ``rj.jit`` of the example's ``encoder_ragged`` on a ``RaggedArray``
-  (projections and FFN over the packed real tokens; ``ragged.dot_product_attention`` pads
-  q/k/v to the workload's cap, ``max_len``, inside, and its kernel stops at each sentence's
-  length, for keys and queries);
+  (projections and FFN over the packed real tokens; ``ragged.dot_product_attention`` is one
+  varlen call on the packed q/k/v and the offsets, nothing padded: each sentence's queries
+  against its own keys);
 - ``relaxjax-padded``: ``rj.jit`` of the example's ``encoder_padded``, every sentence padded
   to the workload's cap, attention masked by ``key_value_seq_lengths``;
 - ``numpy-padded``: the layer in NumPy float32 (written here) on the padded batch, attention
@@ -51,8 +51,9 @@ call is, up to the result on the host.  Per (peer, workload):
 - FLOPs: *needed* counts the products on the real tokens only (QKV, output projection and
   FFN: 2 n (4 d^2 + 2 d ffn) per sentence of n tokens) plus attention on n^2 per sentence
   (QK^T and AV: 4 n^2 d); *padded* the same with every n = cap.  *done* is an estimate of
-  what the peer computes (relaxjax's attention kernel runs cap query rows but stops at the
-  key length: 4 cap n d; dense SDPA and NumPy: 4 cap^2 d); useful GFLOP/s = needed / median;
+  what the peer computes (relaxjax-ragged's varlen attention: needed; relaxjax-padded's
+  kernel runs cap query rows but stops at the key length: 4 cap n d; dense SDPA and NumPy:
+  4 cap^2 d); useful GFLOP/s = needed / median;
 - max err: the peer's output for the first 4 sentences of the first batch (its first, cold
   call) against the example's ``encoder_numpy`` (float64, one sentence at a time), max
   absolute difference; tolerance 1e-3;
@@ -118,18 +119,17 @@ def pad(sents, cap: int) -> np.ndarray:
 
 def flops(lengths, cap: int, d: int, ffn: int) -> dict:
     """FLOPs of one batch: needed (real tokens, attention n^2), padded (every n = cap,
-    attention cap^2), and the two mixes the peers compute (see the module docstring)."""
+    attention cap^2), and the mix relaxjax-padded computes (see the module docstring)."""
     n = np.asarray(lengths, np.float64)
     per_token = 2 * (4 * d * d + 2 * d * ffn)          # QKV (3 d^2), output (d^2), FFN (2 d ffn)
     att = 4 * d                                        # QK^T and AV, per (query, key) pair
     b = len(n)
     return {"needed": float(per_token * n.sum() + att * (n * n).sum()),
             "padded": float(b * (per_token * cap + att * cap * cap)),
-            "ragged_kv": float(per_token * n.sum() + att * cap * n.sum()),     # relaxjax-ragged
             "padded_kv": float(b * per_token * cap + att * cap * n.sum())}     # relaxjax-padded
 
 
-DONE = {"relaxjax-ragged": "ragged_kv", "relaxjax-padded": "padded_kv", "numpy-padded": "padded",
+DONE = {"relaxjax-ragged": "needed", "relaxjax-padded": "padded_kv", "numpy-padded": "padded",
         "torch-padded": "padded", "torch-nested": "needed"}
 
 
@@ -145,7 +145,7 @@ def build_relaxjax(style, p, heads, cap, threads):
     ex = example()
     notes = []
     if style == "ragged":
-        fn = rj.jit(lambda p, x: ex.encoder_ragged(p, x, heads, max_len=cap))
+        fn = rj.jit(lambda p, x: ex.encoder_ragged(p, x, heads))
         return (lambda lengths, sents: ragged.from_list(sents), lambda x: fn(p, x),
                 lambda out, k: out.to_list()[:k], lambda: fn.cache_info().compiles, notes)
     fn = rj.jit(lambda p, x, n: ex.encoder_padded(p, x, n, heads))

@@ -6,7 +6,8 @@ layer (8 heads of 64, FFN 2048, post-norm, GELU), two ways, each jitted once for
 
 * ragged (``relaxjax.ragged``): the sentences packed one after the other, so the
   projections and the FFN are matrix products over the real tokens only, and attention
-  (``ragged.dot_product_attention``) reads each sentence's own keys, stopping at its length;
+  (``ragged.dot_product_attention``, varlen) runs on the packed rows, each sentence's
+  queries against its own keys, nothing padded;
 * padded: every sentence padded to 128 tokens and attention masked (``key_value_seq_lengths``),
   as a dense framework would run it.
 
@@ -42,15 +43,14 @@ def init(rng, d: int, ffn: int) -> dict:
             "g1": ones(d), "n1": zeros(d), "g2": ones(d), "n2": zeros(d)}
 
 
-def encoder_ragged(p, x: ragged.RaggedArray, heads: int, max_len: int = CAP) -> ragged.RaggedArray:
+def encoder_ragged(p, x: ragged.RaggedArray, heads: int) -> ragged.RaggedArray:
     """One layer on packed sentences: every product over the real tokens only (attention
-    pads each sentence's queries to ``max_len``, the longest a batch may hold, and skips
-    the padding)."""
+    within each sentence on the packed rows, no padding)."""
     d = x.inner_shape[0]
     qkv = x @ p["wqkv"] + p["bqkv"]
     q, k, v = (qkv.with_values(qkv.values[:, i * d:(i + 1) * d].reshape((-1, heads, d // heads)))
                for i in range(3))
-    a = ragged.dot_product_attention(q, k, v, max_len=max_len)
+    a = ragged.dot_product_attention(q, k, v)
     a = a.with_values(a.values.reshape((-1, d)))
     h = nn.layer_norm(x + (a @ p["wo"] + p["bo"]), p["g1"], p["n1"])
     f = nn.gelu(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
