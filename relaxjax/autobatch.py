@@ -61,11 +61,11 @@ from typing import Callable, Sequence
 
 import optree
 
+from .autobatch_arena import BatchedCell
 from .autobatch_lazy import Lazy, _Kind, _sig_str, _struct_of
 from .autobatch_policy import POLICIES, FSMPolicy
 from .autobatch_run import _Run, _results
-from .jit import _CALL_HOOK, jit
-from .vmap import vmap
+from .jit import _CALL_HOOK
 
 __all__ = ["autobatch", "AutoBatched", "Lazy", "POLICIES"]
 
@@ -74,7 +74,7 @@ class AutoBatched:
     """``rj.autobatch(fn, ...)``: call it with a list of instances; ``stats()``;
     ``save_policy(path)`` for the fsm policy."""
 
-    def __init__(self, fn: Callable, policy: str = "depth", *, layout: bool = True,
+    def __init__(self, fn: Callable, policy: str = "depth", *, layout: bool = True, scatter: bool = True,
                  policy_file: str | os.PathLike | None = None, train_calls: int | None = None,
                  episodes: int = 100, seed: int = 0):
         if not callable(fn):
@@ -83,13 +83,15 @@ class AutoBatched:
             raise ValueError(f"autobatch: policy must be one of {POLICIES}, got {policy!r}")
         if not isinstance(layout, bool):
             raise TypeError(f"autobatch: layout must be True or False, got {layout!r}")
+        if not isinstance(scatter, bool):
+            raise TypeError(f"autobatch: scatter must be True or False, got {scatter!r}")
         if policy_file is not None and policy != "fsm":
             raise ValueError(f"autobatch: policy_file is for policy='fsm', got policy={policy!r}")
         if train_calls is not None and (not isinstance(train_calls, int) or train_calls < 0):
             raise ValueError(f"autobatch: train_calls must be an int >= 0, got {train_calls!r}")
         if not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"autobatch: episodes must be an int >= 1, got {episodes!r}")
-        self.fn, self.policy, self.layout, self.episodes = fn, policy, layout, episodes
+        self.fn, self.policy, self.layout, self.scatter, self.episodes = fn, policy, layout, scatter, episodes
         self._fsm = None
         self._train_calls_left = 0
         if policy == "fsm":
@@ -97,9 +99,10 @@ class AutoBatched:
             self._train_calls_left = (1 if policy_file is None else 0) if train_calls is None else train_calls
         self._kinds: dict = {}                # (cell, tree, signature) -> _Kind
         self._labels: set = set()
-        self._cells: dict = {}                # (kind, in_axes) -> the jitted vmapped cell
-        self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "arena_bytes",
-                                     "operands_sliced", "operands_gathered", "rounds"), 0)
+        self._cells: dict = {}                # (kind, in_axes, modes) -> BatchedCell
+        self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "host_gather_bytes",
+                                     "arena_bytes", "operands_sliced", "operands_gathered", "operands_indexed",
+                                     "rounds"), 0)
         self._stats.update(record_s=0.0, plan_s=0.0, run_s=0.0)
 
     def __call__(self, instances: Sequence) -> list:
@@ -205,7 +208,7 @@ class AutoBatched:
         resumed suspended generators (``fn`` a generator function); for the fsm policy,
         ``fsm_states`` in its table, ``fsm_episodes`` trained and ``fsm_fallbacks`` (choices
         left to the agenda's rule: states the table does not hold)."""
-        out = dict(self._stats, compiles=sum(f.cache_info().compiles for f in self._cells.values()))
+        out = dict(self._stats, compiles=sum(f.jitted.cache_info().compiles for f in self._cells.values()))
         if self._fsm is not None:
             out.update(fsm_states=len(self._fsm.policy), fsm_episodes=self._fsm.episodes,
                        fsm_fallbacks=self._fsm.fallbacks)
@@ -241,18 +244,11 @@ class AutoBatched:
         kind = self._kinds[key] = _Kind(cell, tree, outs, out_tree, label)
         return kind
 
-    def _batched_cell(self, kind: _Kind, in_axes: tuple):
-        key = (kind, in_axes)
+    def _batched_cell(self, kind: _Kind, in_axes: tuple, modes: tuple) -> BatchedCell:
+        key = (kind, in_axes, modes)
         f = self._cells.get(key)
         if f is None:
-            cell, tree = kind.cell, kind.tree
-            if tree is None:
-                flat = cell.fun
-            else:
-                def flat(*leaves):
-                    args, kwargs = optree.tree_unflatten(tree, list(leaves))
-                    return cell.fun(*args, **kwargs)
-            f = self._cells[key] = jit(vmap(flat, in_axes=in_axes))
+            f = self._cells[key] = BatchedCell(kind.cell, kind.tree, in_axes, modes)
         return f
 
 
@@ -261,7 +257,7 @@ def _short(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True,
+def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True, scatter: bool = True,
               policy_file: str | os.PathLike | None = None, train_calls: int | None = None,
               episodes: int = 100, seed: int = 0) -> AutoBatched:
     """``fn`` (one instance in, its result out, calling ``@rj.jit`` cells) over a list of
@@ -273,5 +269,5 @@ def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True,
     ``train_calls``, how many calls train the table (default 1 without a file, 0 with one),
     each flush of such a call replayed for ``episodes`` Q-learning episodes before it runs
     greedily; ``seed`` for the exploration."""
-    return AutoBatched(fn, policy, layout=layout, policy_file=policy_file, train_calls=train_calls,
-                       episodes=episodes, seed=seed)
+    return AutoBatched(fn, policy, layout=layout, scatter=scatter, policy_file=policy_file,
+                       train_calls=train_calls, episodes=episodes, seed=seed)

@@ -45,7 +45,7 @@ class Lazy:
         b = self.node.batch
         if b is None or not b.done:
             return None
-        return b.arenas[self.k][b.bases[self.k] + self.node.pos, ...]
+        return b.arenas[self.k].data[b.bases[self.k] + self.node.pos, ...]
 
     def force(self) -> np.ndarray:
         b = self.node.batch
@@ -132,10 +132,14 @@ class _Node:
 
 
 class _Batch:
-    __slots__ = ("kind", "nodes", "in_axes", "arenas", "bases", "done")
+    """Nodes of one type run as one call: ``in_axes`` (None: every node alike, the cell
+    itself once) and ``modes`` (per argument: None, or how a batched one is passed, see
+    ``autobatch_arena``); per result position, its arena and the first row of the batch's
+    run there."""
+    __slots__ = ("kind", "nodes", "in_axes", "modes", "arenas", "bases", "done")
 
-    def __init__(self, kind: _Kind, nodes: list, in_axes):
-        self.kind, self.nodes, self.in_axes, self.done = kind, nodes, in_axes, False
+    def __init__(self, kind: _Kind, nodes: list, in_axes, modes):
+        self.kind, self.nodes, self.in_axes, self.modes, self.done = kind, nodes, in_axes, modes, False
 
 
 def _struct_of(x):

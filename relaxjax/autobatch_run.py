@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 import optree
 
+from .autobatch_arena import INDEXED, PLAIN, Arena, run_batch
 from .autobatch_lazy import Lazy, _Batch, _Kind, _Node, _ident, _split_ident, _SCALARS
 from .autobatch_policy import Graph, order_for_layout, schedule_agenda, schedule_depth
 from .jit import _CALL_HOOK, Jitted
@@ -50,6 +51,7 @@ class _Run:
         self.kinds = owner._kinds
         self.pending: list = []
         self.starts: list = [0]               # where each instance's pending nodes begin
+        self.arenas: dict = {}                # (shape, dtype) -> Arena, for every flush of the call
 
     def record(self, cell: Jitted, args: tuple, kwargs: dict):
         """The recording hook (``Jitted.__call__`` calls it instead of computing)."""
@@ -138,7 +140,7 @@ class _Run:
             batches = self._plan(nodes, starts)
             t1 = time.perf_counter()
             for b in batches:
-                self._run_batch(b)
+                run_batch(self.owner, b)
             s["plan_s"] += t1 - t0
             s["run_s"] += time.perf_counter() - t1
         finally:
@@ -166,7 +168,8 @@ class _Run:
             else:
                 g.append(i)
         type_of = [0] * len(nodes)
-        labels, kinds, axes = [], [], []
+        labels, kinds, axes, modes = [], [], [], []
+        batched = INDEXED if self.owner.scatter else PLAIN
         for kind, idx in by_kind.items():
             group = [nodes[i].args for i in idx]
             multi = bisect_right(starts, idx[0]) != bisect_right(starts, idx[-1])
@@ -183,6 +186,9 @@ class _Run:
                         groups = _split(group, idx, in_axes)
             else:
                 groups = {(): idx}
+            kind_modes = None
+            if in_axes is not None:            # every batched argument one way: one compile per in_axes
+                kind_modes = tuple([None if ax is None else batched for ax in in_axes])
             for members in groups.values():
                 t = len(labels)
                 if kind.split:                   # weight sets: numbered, stable across calls
@@ -193,10 +199,12 @@ class _Run:
                     labels.append(kind.label)
                 kinds.append(kind)
                 # a guess compiles no batched cell for one node
-                axes.append(None if guessed and len(members) == 1 else in_axes)
+                one = guessed and len(members) == 1
+                axes.append(None if one else in_axes)
+                modes.append(None if one else kind_modes)
                 for i in members:
                     type_of[i] = t
-        return type_of, labels, kinds, axes
+        return type_of, labels, kinds, axes, modes
 
     @staticmethod
     def _layout(kind: _Kind, group: list, idx: list, starts: list, multi: bool):
@@ -241,7 +249,7 @@ class _Run:
 
     def _plan(self, nodes: list, starts: list | None = None) -> list:
         owner = self.owner
-        type_of, labels, kinds, axes = self._types(nodes, starts or [0])
+        type_of, labels, kinds, axes, modes = self._types(nodes, starts or [0])
         g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels)
         if owner.policy == "depth":
             order = schedule_depth(g)
@@ -254,99 +262,36 @@ class _Run:
         if owner.layout:
             order_for_layout(g, order)
         batches = []
-        counts: dict = {}
+        counts: dict = {}                     # rows this flush adds to each arena
         for idx in order:
             t = type_of[idx[0]]
             kind = kinds[t]
-            b = _Batch(kind, [nodes[i] for i in idx], axes[t])
+            b = _Batch(kind, [nodes[i] for i in idx], axes[t], modes[t])
             bases = []
-            for k, sig in enumerate(kind.out_sigs):
+            for sig in kind.out_sigs:
                 if sig is None:
                     bases.append(None)
                     continue
-                key = (sig, k)
-                base = counts.get(key, 0)
-                counts[key] = base + len(idx)
+                base = counts.get(sig, 0)
+                counts[sig] = base + len(idx)
                 bases.append(base)
             b.bases = bases
             for pos, n in enumerate(b.nodes):
                 n.pos, n.batch = pos, b
             batches.append(b)
-        arenas = {key: np.empty((count,) + key[0][0], key[0][1]) for key, count in counts.items()}
+        arenas, first = self.arenas, {}
+        for sig, count in counts.items():
+            a = arenas.get(sig)
+            if a is None:
+                a = arenas[sig] = Arena(sig, count)
+            first[sig] = a.reserve(count)
         for b in batches:
-            b.arenas = [None if sig is None else arenas[sig, k] for k, sig in enumerate(b.kind.out_sigs)]
+            b.arenas = [None if sig is None else arenas[sig] for sig in b.kind.out_sigs]
+            b.bases = [None if base is None else base + first[sig] for sig, base in zip(b.kind.out_sigs, b.bases)]
         s = owner._stats
         s["nodes"] += len(nodes)
         s["batches"] += len(batches)
         return batches
-
-    # ------------------------------------------------------------------------ execution
-    def _gather(self, nodes: list, k: int) -> np.ndarray:
-        """Argument k of a batch's nodes as one (batch, ...) array: a slice of an arena when
-        it is a run of one, one ``take`` when it lies in one arena, else stacked."""
-        s = self.owner._stats
-        xs = [n.args[k] for n in nodes]
-        x0 = xs[0]
-        if type(x0) is Lazy:
-            j = x0.k
-            arena = x0.node.batch.arenas[j]
-            rows = []
-            for x in xs:
-                if type(x) is not Lazy or x.k != j:
-                    break
-                n = x.node
-                b = n.batch
-                if b.arenas[j] is not arena:       # computed by an earlier flush
-                    break
-                rows.append(b.bases[j] + n.pos)
-            else:
-                r0, m = rows[0], len(rows)
-                if rows[-1] - r0 == m - 1 and rows == list(range(r0, r0 + m)):
-                    s["operands_sliced"] += 1
-                    return arena[r0:r0 + m]
-                out = arena.take(rows, axis=0)
-                s["operands_gathered"] += 1
-                s["gather_bytes"] += out.nbytes
-                return out
-        out = np.stack(xs)                         # concrete arrays (a computed lazy value converts)
-        s["operands_gathered"] += 1
-        s["gather_bytes"] += out.nbytes
-        return out
-
-    def _run_batch(self, b: _Batch) -> None:
-        kind, nodes, in_axes = b.kind, b.nodes, b.in_axes
-        first = nodes[0].args
-        if in_axes is None:                       # every node alike: the cell itself, once
-            args = [x.value if type(x) is Lazy else x for x in first]
-            if kind.tree is None:
-                out = kind.cell(*args)
-            else:
-                a, kw = optree.tree_unflatten(kind.tree, args)
-                out = kind.cell(*a, **kw)
-            leaves = optree.tree_leaves(out, none_is_leaf=False)
-            batched = False
-        else:
-            args = []
-            for k, ax in enumerate(in_axes):
-                if ax is None:
-                    x = first[k]
-                    args.append(x.value if type(x) is Lazy else x)
-                else:
-                    args.append(self._gather(nodes, k))
-            out = self.owner._batched_cell(kind, in_axes)(*args)
-            form = kind.out_form
-            leaves = [out] if form == 1 else out if form == 2 else optree.tree_leaves(out, none_is_leaf=False)
-            batched = True
-        m = len(nodes)
-        s = self.owner._stats
-        for k, arena in enumerate(b.arenas):
-            if arena is not None:
-                base = b.bases[k]
-                v = leaves[k] if batched else np.asarray(leaves[k])[None]
-                arena[base:base + m] = v
-                s["arena_bytes"] += m * arena[0].nbytes
-        b.done = True
-
 
 def _results(results: list) -> list:
     """The lazy values among ``fn``'s results replaced by their values: views of an arena
@@ -359,7 +304,7 @@ def _results(results: list) -> list:
             if type(v) is Lazy:
                 v.force()
                 a = v.node.batch.arenas[v.k]
-                rows[id(a)] = rows.get(id(a), 0) + 1
+                rows[a] = rows.get(a, 0) + 1
     out = []
     for leaves, tree in flat:
         vals = []
@@ -367,8 +312,8 @@ def _results(results: list) -> list:
             if type(v) is Lazy:
                 b = v.node.batch
                 a = b.arenas[v.k]
-                x = a[b.bases[v.k] + v.node.pos, ...]
-                vals.append(x if 2 * rows[id(a)] >= len(a) else x.copy())
+                x = a.data[b.bases[v.k] + v.node.pos, ...]
+                vals.append(x if 2 * rows[a] >= a.used else x.copy())
             else:
                 vals.append(v)
         out.append(optree.tree_unflatten(tree, vals))

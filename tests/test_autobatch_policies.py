@@ -32,13 +32,13 @@ W = {"tree": models.make_tree(np.random.default_rng(0), hidden=8, count=1, dtype
 _BATCHED: dict = {}
 
 
-def batched(name: str, policy: str, layout: bool = True) -> rj.AutoBatched:
-    """One autobatched function per (workload, policy, layout), reused by every example,
-    first called on 8 instances of sizes 1-8 (the fsm trains on it; the batched cells
-    compile, once per cell)."""
-    key = (name, policy, layout)
+def batched(name: str, policy: str, layout: bool = True, scatter: bool = True) -> rj.AutoBatched:
+    """One autobatched function per (workload, policy, layout, scatter), reused by every
+    example, first called on 8 instances of sizes 1-8 (the fsm trains on it; the batched
+    cells compile, once per cell)."""
+    key = (name, policy, layout, scatter)
     if key not in _BATCHED:
-        b = _BATCHED[key] = rj.autobatch(W[name].fn, policy=policy, layout=layout)
+        b = _BATCHED[key] = rj.autobatch(W[name].fn, policy=policy, layout=layout, scatter=scatter)
         warm = draw(name, np.random.default_rng(99), range(1, 9))
         check(name, b(warm), warm)
         assert b.stats()["compiles"] == len(W[name].cells)
@@ -66,11 +66,12 @@ def check(name: str, got, instances) -> None:
 
 
 @given(name=st.sampled_from(sorted(W)), policy=st.sampled_from(POLICIES), layout=st.booleans(),
-       sizes=st.lists(st.integers(1, 12), min_size=1, max_size=40), seed=st.integers(0, 2 ** 16))
+       scatter=st.booleans(), sizes=st.lists(st.integers(1, 12), min_size=1, max_size=40),
+       seed=st.integers(0, 2 ** 16))
 @settings(max_examples=30, deadline=None)
-def test_workloads_match_per_instance(name, policy, layout, sizes, seed):
+def test_workloads_match_per_instance(name, policy, layout, scatter, sizes, seed):
     instances = draw(name, np.random.default_rng(seed), sizes)
-    b = batched(name, policy, layout)
+    b = batched(name, policy, layout, scatter)
     before = b.stats()
     got = b(instances)
     check(name, got, instances)
@@ -197,15 +198,16 @@ def rnn_numpy(seq):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_chain_operands_are_slices_once_laid_out(policy):
-    """A chain's step t reads the states of step t - 1 of the sequences still running: laid
-    out, a prefix of that step's results (a view); only the inputs (per node) and the first
-    states (per instance) are copied.  In the policy's own order that prefix is scattered."""
+    """Operands gathered on the host (``scatter=False``): a chain's step t reads the states
+    of step t - 1 of the sequences still running: laid out, a prefix of that step's results
+    (a view); only the inputs (per node) and the first states (per instance) are copied.  In
+    the policy's own order that prefix is scattered."""
     lengths = [1, 5, 2, 7, 3, 3]
     rng = np.random.default_rng(6)
     seqs = [rng.standard_normal((n, 2)) for n in lengths]
     stats = {}
     for layout in (True, False):
-        b = rj.autobatch(rnn, policy=policy, layout=layout)
+        b = rj.autobatch(rnn, policy=policy, layout=layout, scatter=False)
         for g, s in zip(b(seqs), seqs):
             np.testing.assert_allclose(g, rnn_numpy(s), rtol=1e-12)
         stats[layout] = b.stats()
@@ -261,18 +263,19 @@ def full_tree(rng, height):
 
 
 def test_full_trees_read_every_state_as_a_slice():
-    """Depth policy on full binary trees of one height: laid out, every lazy operand (both
-    children's two results) is a slice; only the leaves' inputs are copied."""
+    """Depth policy on full binary trees of one height, operands gathered on the host: laid
+    out, every lazy operand (both children's two results) is a slice; only the leaves'
+    inputs are copied."""
     rng = np.random.default_rng(11)
     trees = [full_tree(rng, 3) for _ in range(5)]
-    b = rj.autobatch(encode_pair)
+    b = rj.autobatch(encode_pair, scatter=False)
     for g, t in zip(b(trees), trees):
         np.testing.assert_allclose(g, encode_pair_numpy(t), rtol=1e-12)
     s = b.stats()
     assert s["batches"] == 4                                 # leaves, then 3 levels
     assert s["gather_bytes"] == 8 * 3 * 8 * len(trees)       # 8 leaves of 3 floats per tree
     assert s["operands_sliced"] == 3 * 4 and s["operands_gathered"] == 1
-    unordered = rj.autobatch(encode_pair, layout=False)
+    unordered = rj.autobatch(encode_pair, layout=False, scatter=False)
     unordered(trees)
     assert unordered.stats()["gather_bytes"] > s["gather_bytes"]
 

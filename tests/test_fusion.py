@@ -361,6 +361,35 @@ def test_gather_with_computed_indices_that_may_be_out_of_range_is_checked(n, k):
     assert len(gathers) == 1 and "fused_" in gathers[0] and "mul" in gathers[0], text
 
 
+@given(n=SIZES, rows=st.integers(1, 9), mapped=st.booleans(), seed=st.integers(0, 2**16))
+@settings(max_examples=10, deadline=None)
+def test_gather_read_after_a_product_fuses_into_the_epilogue(n, rows, mapped, seed):
+    """``tanh(h @ w + x)`` with ``h`` and ``x`` read through index arrays (as an auto-batched
+    cell reads them, ``mapped``: the cell vmapped, where the gather comes before the
+    product): the gather of ``x`` is read where the product's elementwise epilogue reads it,
+    nothing stored between; the gather feeding the product stays a copy (gemm reads a
+    contiguous operand).  Indices out of range raise NumPy's IndexError."""
+    def cell(h, x, w):
+        return rnp.tanh(h @ w + x)
+
+    def f(h_src, h_idx, x_src, x_idx, w):
+        h, x = rnp.take(h_src, h_idx, axis=0), rnp.take(x_src, x_idx, axis=0)
+        return rj.vmap(cell, in_axes=(0, 0, None))(h, x, w) if mapped else cell(h, x, w)
+    rng = np.random.default_rng(seed)
+    h_src, x_src, w = rng.standard_normal((rows, 4)), rng.standard_normal((rows + 2, 3)), rng.standard_normal((4, 3))
+    hi, xi = rng.integers(0, rows, n), rng.integers(0, rows + 2, n)
+    want = np.tanh(h_src[hi] @ w + x_src[xi])
+    for b in BACKENDS:
+        assert_same(rj.jit(f, backend=b)(h_src, hi, x_src, xi, w), want)
+    with pytest.raises(IndexError, match="out of bounds"):
+        rj.jit(f)(h_src, hi, x_src, xi + rows + 2, w)
+    main = optimized(f, h_src, hi, x_src, xi, w).split("\n\n")[0]
+    kernels = [line.split("=", 1)[1] for line in main.splitlines() if "call_tir(" in line]
+    assert len(kernels) == 2 and calls(main)["call_library"] == 1, main
+    reading_x = [k for k in kernels if "x_idx" in k]
+    assert len(reading_x) == 1 and "fused_" in reading_x[0] and "tanh" in reading_x[0], main
+
+
 def test_a_value_read_several_times_is_built_once():
     """Each step reads the last value three times: inlined as a tree, 12 steps are 3 ** 12
     nodes.  FuseTIR shares the node and binds the shared ones to locals, so the program

@@ -210,7 +210,14 @@ class _Fuser:
     def siblings(self, g: _Group, h: _Group, index: int) -> bool:
         """An injective group ``h`` feeding ``g``'s newest member (binding ``index``), of
         the same element count or read by nothing else, with no path between them through
-        a third group: one loop computes both."""
+        a third group: one loop computes both.  ``g`` may be a matmul's elementwise
+        epilogue (``h @ w + take(x, i)``: the gather is read where the epilogue reads it,
+        not stored first); ``h`` then feeds the epilogue, never the product."""
+        if g.kind == "output_fusable" and g.full is None and h.kind == "injective" and \
+                g.count is not None and h.count is not None:
+            return self.equal(g.count, h.count) and \
+                not any(self.reaches(h.id, d) for d in g.deps) and \
+                not any(self.reaches(g.id, d) for d in h.deps)
         if g.kind != "injective" or h.kind != "injective" or g.count is None or h.count is None:
             return False
         if not self.equal(g.count, h.count) and not (
@@ -224,7 +231,10 @@ class _Fuser:
             not any(self.reaches(g.id, d) for d in h.deps)
 
     def merge(self, g: _Group, h: _Group) -> None:
-        g.members = sorted(g.members + h.members)
+        if g.kind == "output_fusable":   # the product stays the first member (FuseTIR's epilogue)
+            g.members = g.members[:1] + sorted(g.members[1:] + h.members)
+        else:
+            g.members = sorted(g.members + h.members)
         g.depth += h.depth            # (a bound: h's chains may feed g's)
         g.deps = (g.deps | h.deps) - {g.id, h.id}
         for x in self.groups:

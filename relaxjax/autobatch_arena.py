@@ -1,0 +1,257 @@
+"""``rj.autobatch``'s memory and batched calls: the arenas that hold every batch's results,
+the batched cells (a cell mapped over a batch and jitted) and running one batch with its
+operands read from the arenas.  See ``relaxjax.autobatch`` for the design.
+
+Scattered operands (ACRoBat's and ED-Batch's): a batch's operand whose values are results of
+earlier batches lies in rows of one arena, scattered.  Instead of copying those rows into a
+contiguous array first (``np.take`` on the host), the batched cell takes the arena and an
+index array and does the take itself, inside the jitted program::
+
+    batched(arena, idx, *rest) = vmap(cell)(take(arena, idx, axis=0), *rest)
+
+so the compiler fuses the take into the kernels that read the operand (an elementwise
+consumer loads ``arena[idx[i], j]``, nothing copied); the index array's length is a symbolic
+dim like the batch's, so one compile serves every batch size and every arena size.  A matrix
+product (``x @ W``, BLAS or the generated product) needs its operand contiguous: there the
+compiled program copies the rows itself (one kernel, in the call), which measured at least
+as fast as the host's ``np.take`` at every batch size (benchmarks/RESULTS.md, session 13):
+so every operand that results feed is read through an index array, and ``stats()`` counts
+as gathered (copied) exactly those that the compiled program copies
+(:meth:`BatchedCell.copies`, read off its optimized program).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import optree
+
+from . import numpy as rnp
+from .autobatch_lazy import Lazy, _Batch
+from .jit import Jitted, jit
+from .tir.analysis import perfect_nest
+from .tir.nodes import Load
+from .vmap import vmap
+
+PLAIN, INDEXED = "plain", "indexed"      # how a batched argument reaches the batched cell
+
+
+class Arena:
+    """The results of one signature (shape, dtype) in one ``autobatch`` call: each batch's
+    results at one result position a contiguous run of rows, appended batch after batch and
+    flush after flush (grown geometrically), so a result of an earlier flush is a row that a
+    later batch indexes like any other.  ``data[:used]`` holds them.  Nodes keep no array:
+    a lazy value reads its row through the arena, so a grown ``data`` moves nothing a node
+    holds (a view handed out earlier keeps the old array, whose rows never change)."""
+    __slots__ = ("data", "used")
+
+    def __init__(self, sig: tuple, rows: int):
+        shape, dtype = sig
+        self.data = np.empty((rows,) + tuple(shape), dtype)
+        self.used = 0
+
+    def reserve(self, rows: int) -> int:
+        """Room for ``rows`` more rows: the first one's index."""
+        base, need = self.used, self.used + rows
+        if need > len(self.data):
+            data = np.empty((max(need, 2 * len(self.data)),) + self.data.shape[1:], self.data.dtype)
+            data[:base] = self.data[:base]
+            self.data = data
+        self.used = need
+        return base
+
+
+class BatchedCell:
+    """A kind's cell mapped over a batch (``in_axes``) and jitted; each batched argument is
+    passed as an array (``PLAIN``) or as a source and an int64 index array whose rows are
+    the batch (``INDEXED``).  ``copies``: the indexed positions whose rows the compiled
+    program copies before using them (a product's operand), known after the first call."""
+    __slots__ = ("jitted", "modes", "copies")
+
+    def __init__(self, cell: Jitted, tree, in_axes: tuple, modes: tuple):
+        if tree is None:
+            flat = cell.fun
+        else:
+            def flat(*leaves):
+                args, kwargs = optree.tree_unflatten(tree, list(leaves))
+                return cell.fun(*args, **kwargs)
+        mapped = vmap(flat, in_axes=in_axes)
+
+        def batched(*args):
+            vals, j = [], 0
+            for mode in modes:
+                if mode is INDEXED:
+                    vals.append(rnp.take(args[j], args[j + 1], axis=0))
+                    j += 2
+                else:
+                    vals.append(args[j])
+                    j += 1
+            return mapped(*vals)
+        batched.__name__ = f"{cell.__name__}_batched"
+        # named positional parameters: jit's fast call path takes a fixed arity, and the
+        # printed program names its arguments after the cell's
+        names = _param_names(cell, tree, len(modes))
+        params = []
+        for name, mode in zip(names, modes):
+            params += [name + "_src", name + "_idx"] if mode is INDEXED else [name]
+        batched.__signature__ = inspect.Signature(
+            [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in params])
+        self.jitted, self.modes = jit(batched), modes
+        self.copies: frozenset | None = None if INDEXED in modes else frozenset()
+
+    def find_copies(self) -> None:
+        """Which indexed positions the compiled program copies: a loop-level program that
+        only moves values (``out[i..] = src[..]``) reading that position's index array."""
+        fn = _compiled_main(self.jitted)
+        index_param, j = {}, 0
+        for k, mode in enumerate(self.modes):
+            if mode is INDEXED:
+                index_param[j + 1] = k
+                j += 2
+            else:
+                j += 1
+        if fn is None or len(fn.params) != j:    # not the program we passed: count every one copied
+            self.copies = frozenset(k for k, m in enumerate(self.modes) if m is INDEXED)
+            return
+        by_var = {fn.params[i]: k for i, k in index_param.items()}
+        copies = set()
+        for b in fn.bindings:
+            if b.kind == "tir" and _moves_only(b.callee):
+                copies.update(by_var[a] for a in b.args if a in by_var)
+        self.copies = frozenset(copies)
+
+
+def _param_names(cell: Jitted, tree, n: int) -> list:
+    """The cell's parameter names (``a0``, ``a1``... for a pytree of arguments or a
+    signature that does not say)."""
+    if tree is None and cell._sig is not None:
+        ps = list(cell._sig.parameters.values())
+        if len(ps) == n and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps):
+            return [p.name for p in ps]
+    return [f"a{k}" for k in range(n)]
+
+
+def _compiled_main(f: Jitted):
+    """The graph function of ``f``'s compiled entry (a batched cell compiles one: its dims
+    are symbolic), or None.  (Jitted keeps entries by exact shapes and by key.)"""
+    for e in f._exact.values():
+        return e.module.main
+    for entries in f._cache.values():
+        for e in entries:
+            return e.module.main
+    return None
+
+
+def _moves_only(prim) -> bool:
+    nest = perfect_nest(prim)
+    return nest is not None and isinstance(nest[1].value, Load)
+
+
+# ---------------------------------------------------------------------------- operands
+def _arena_rows(xs: list):
+    """(arena, rows) when every value is a result in one arena, else None."""
+    x0 = xs[0]
+    if type(x0) is not Lazy:
+        return None
+    arena = x0.node.batch.arenas[x0.k]
+    rows = []
+    for x in xs:
+        if type(x) is not Lazy:
+            return None
+        n = x.node
+        b = n.batch
+        k = x.k
+        if b.arenas[k] is not arena:
+            return None
+        rows.append(b.bases[k] + n.pos)
+    return arena, rows
+
+
+def _sliced_or_taken(xs: list, stats: dict):
+    """A PLAIN operand: a slice of an arena when its values are a run of one, one ``take``
+    (on the host) when they lie in one arena, else the values stacked."""
+    found = _arena_rows(xs)
+    if found is None:
+        out = np.stack([x.value if type(x) is Lazy else x for x in xs])
+    else:
+        arena, rows = found
+        r0, m = rows[0], len(rows)
+        if rows[-1] - r0 == m - 1 and rows == list(range(r0, r0 + m)):
+            stats["operands_sliced"] += 1
+            return arena.data[r0:r0 + m]
+        out = arena.data.take(rows, axis=0)
+    stats["operands_gathered"] += 1
+    stats["gather_bytes"] += out.nbytes
+    stats["host_gather_bytes"] += out.nbytes
+    return out
+
+
+def _indexed(xs: list):
+    """An INDEXED operand: (source, index array, bytes copied on the host).  Values in one
+    arena: the arena itself, nothing copied.  Otherwise (arrays passed to the cell, such as
+    a first state, maybe mixed with results) the distinct values stacked, each once (a
+    first state that every instance passes is one row)."""
+    found = _arena_rows(xs)
+    if found is not None:
+        return found[0].data, np.array(found[1], np.int64), 0
+    seen: dict = {}
+    vals, idx = [], []
+    for x in xs:
+        i = seen.get(id(x))
+        if i is None:
+            i = seen[id(x)] = len(vals)
+            vals.append(x.value if type(x) is Lazy else x)
+        idx.append(i)
+    src = np.stack(vals)
+    return src, np.array(idx, np.int64), src.nbytes
+
+
+def run_batch(owner, b: _Batch) -> None:
+    """Run one planned batch: its operands from the arenas, the batched cell (or the cell
+    itself when every node passes the same arguments), the results into the arenas."""
+    kind, nodes, in_axes = b.kind, b.nodes, b.in_axes
+    s = owner._stats
+    first = nodes[0].args
+    m = len(nodes)
+    if in_axes is None:                       # every node alike: the cell itself, once
+        args = [x.value if type(x) is Lazy else x for x in first]
+        if kind.tree is None:
+            out = kind.cell(*args)
+        else:
+            a, kw = optree.tree_unflatten(kind.tree, args)
+            out = kind.cell(*a, **kw)
+        leaves = [np.asarray(v)[None] for v in optree.tree_leaves(out, none_is_leaf=False)]
+    else:
+        modes = b.modes
+        cell = owner._batched_cell(kind, in_axes, modes)
+        args, indexed = [], []
+        for k, ax in enumerate(in_axes):
+            if ax is None:
+                x = first[k]
+                args.append(x.value if type(x) is Lazy else x)
+            elif modes[k] is INDEXED:
+                src, idx, copied = _indexed([n.args[k] for n in nodes])
+                args += (src, idx)
+                indexed.append((k, src.strides[0]))
+                if copied:
+                    s["host_gather_bytes"] += copied
+                    s["gather_bytes"] += copied
+            else:
+                args.append(_sliced_or_taken([n.args[k] for n in nodes], s))
+        out = cell.jitted(*args)
+        if cell.copies is None:
+            cell.find_copies()
+        for k, row_bytes in indexed:          # read in place by the kernels, or copied by the program
+            if k in cell.copies:
+                s["operands_gathered"] += 1
+                s["gather_bytes"] += m * row_bytes
+            else:
+                s["operands_indexed"] += 1
+        form = kind.out_form
+        leaves = [out] if form == 1 else out if form == 2 else optree.tree_leaves(out, none_is_leaf=False)
+    for k, arena in enumerate(b.arenas):
+        if arena is not None:
+            base = b.bases[k]
+            arena.data[base:base + m] = leaves[k]
+            s["arena_bytes"] += m * arena.data.strides[0]
+    b.done = True
