@@ -26,17 +26,22 @@ a generator that yields the confidence.  Peers, per workload:
   process of ``--torch-python`` (skipped without it or where torch does not import);
 - ``autobatch <policy>``: ``rj.autobatch(model, policy)`` with the memory layout on (for
   ``exits``, the generator: every instance suspended at its test, one flush per layer);
+- ``autobatch depth, host gathers``: ``scatter=False``, every operand gathered on the host
+  before the batched call (a slice or ``np.take``), not read through index arrays inside
+  it (absent when the relaxjax measured has no ``scatter``: an older tree on PYTHONPATH);
 - ``autobatch <policy> float()`` (``exits`` only): the plain-function version autobatched,
   each ``float(conf)`` running everything recorded so far (one instance's nodes at a time).
 
 Each thread count runs in a fresh worker process (``*_NUM_THREADS``, relaxjax's
 ``set_num_threads``, pinned when the machine has more cores; ``workers.run_cold_worker``).
 Per peer: the first pass over the instances (compiles and the fsm's training included),
-then the best of ``--repeats`` passes: ms per pass and instances/s (the record/plan/run
-split and the counts are the mean over those passes); speedups against
-NumPy per instance and against the hand-batched version; batches launched per pass; gather
-KB per pass (bytes copied to build batch operands) with the layout and, from one more pass
-with ``layout=False``, without it; compiles (relaxjax: of the batched cells for autobatch,
+then ``--repeats`` passes: ms per pass, the best and the median, and instances/s from the
+best (the record/plan/run split and the counts are the mean over those passes); speedups
+against NumPy per instance and against the hand-batched version (best passes); batches
+launched per pass; gather KB per pass (bytes copied to build batch operands, on the host
+and by the batched cells) with the layout and, from one more pass with ``layout=False``,
+without it; operands sliced, gathered and indexed (read through an index array inside the
+batched cell); compiles (relaxjax: of the batched cells for autobatch,
 of the cells for ``rj.jit``); the record/plan/run split of an autobatch pass per node; max
 abs error against NumPy float64 per instance.  bg cores: CPU other processes used while the
 worker ran (the machine may be busy; above 0.3 the times are suspect).
@@ -44,6 +49,7 @@ worker ran (the machine may be busy; above 0.3 the times are suspect).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -85,15 +91,16 @@ def max_err(name: str, got, want) -> float:
 
 
 def timed(fn, repeats: int):
+    """(result, first pass s, best s, median s of the passes after the first)."""
     t0 = time.perf_counter()
     out = fn()
     first = time.perf_counter() - t0
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return out, first, best
+        times.append(time.perf_counter() - t0)
+    return out, first, min(times), float(np.median(times))
 
 
 # ----------------------------------------------------------------------------- workers
@@ -117,6 +124,8 @@ def worker_relaxjax(a) -> list:
             peers.append(("by hand", lambda: w.by_hand(w.instances), None))
         for policy in POLICIES:
             peers.append((f"autobatch {policy}", w.fn, policy))
+        if "scatter" in inspect.signature(rj.autobatch).parameters:
+            peers.append(("autobatch depth, host gathers", w.fn, "depth/host"))
         if w.flushing is not None:
             for policy in POLICIES:
                 peers.append((f"autobatch {policy} float()", w.flushing, policy))
@@ -124,31 +133,35 @@ def worker_relaxjax(a) -> list:
             row = dict(base, peer=peer)
             if policy is None:
                 before = [c.cache_info().compiles for c in w.cells]
-                out, first, best = timed(fn, a.repeats)
+                out, first, best, median = timed(fn, a.repeats)
                 if peer == "rj.jit":
                     row["compiles"] = sum(c.cache_info().compiles for c in w.cells) - sum(before)
             else:
                 model = fn
-                b = rj.autobatch(model, policy=policy)
+                policy, _, host = policy.partition("/")
+                opts = dict(scatter=False) if host else {}
+                b = rj.autobatch(model, policy=policy, **opts)
                 marks = []
-                out, first, best = timed(lambda: (b(w.instances), marks.append(b.stats()))[0], a.repeats)
+                out, first, best, median = timed(lambda: (b(w.instances), marks.append(b.stats()))[0], a.repeats)
                 s0, s = marks[0], marks[-1]                # after the first pass, after the last
-                d = {k: (s[k] - s0[k]) / a.repeats for k in ("batches", "gather_bytes", "operands_sliced",
-                                                             "operands_gathered", "record_s", "plan_s", "run_s")}
+                d = {k: (s.get(k, 0) - s0.get(k, 0)) / a.repeats
+                     for k in ("batches", "gather_bytes", "operands_sliced", "operands_gathered", "operands_indexed",
+                               "record_s", "plan_s", "run_s")}
                 row.update(compiles=s["compiles"], batches=d["batches"], gather_kb=d["gather_bytes"] / 1024,
                            sliced=d["operands_sliced"], gathered=d["operands_gathered"],
+                           indexed=d["operands_indexed"],
                            record_us=1e6 * d["record_s"] / nodes, plan_us=1e6 * d["plan_s"] / nodes,
                            run_us=1e6 * d["run_s"] / nodes, first_batches=s0["batches"])
                 if policy == "fsm":
                     row["fsm_states"], row["fsm_fallbacks"] = s["fsm_states"], s["fsm_fallbacks"]
-                flat = rj.autobatch(model, policy=policy, layout=False, policy_file=None)
+                flat = rj.autobatch(model, policy=policy, layout=False, policy_file=None, **opts)
                 if policy == "fsm":                       # the same learned table, no layout
                     path = os.path.join(os.path.dirname(a.worker_out), f"fsm-{name}.json")
                     b.save_policy(path)
-                    flat = rj.autobatch(model, policy="fsm", layout=False, policy_file=path)
+                    flat = rj.autobatch(model, policy="fsm", layout=False, policy_file=path, **opts)
                 flat(w.instances)
                 row["gather_kb_no_layout"] = flat.stats()["gather_bytes"] / 1024
-            row.update(first_s=first, best_ms=1e3 * best, max_err=max_err(name, out, want))
+            row.update(first_s=first, best_ms=1e3 * best, median_ms=1e3 * median, max_err=max_err(name, out, want))
             rows.append(row)
             print(f"   {name} {peer}: {1e3 * best:.1f} ms", file=sys.stderr, flush=True)
     return rows
@@ -188,7 +201,7 @@ def worker_torch(a) -> list:
             def one(x):
                 return m.lattice(x, p, (lambda *x: m.lstm_math(*x, torch), lambda *x: m.word_math(*x, torch),
                                         lambda *x: m.merge_math(*x, torch)))
-        out, first, best = timed(lambda: [one(x) for x in w.instances], a.repeats)
+        out, first, best, median = timed(lambda: [one(x) for x in w.instances], a.repeats)
         if name == "bilstm":
             out = [[t.numpy() for t in o] for o in out]
         elif name == "exits":
@@ -196,7 +209,7 @@ def worker_torch(a) -> list:
         else:
             out = [o.numpy() for o in out]
         rows.append(dict(workload=name, peer="torch", instances=len(w.instances), nodes=w.nodes(),
-                         first_s=first, best_ms=1e3 * best, max_err=max_err(name, out, want)))
+                         first_s=first, best_ms=1e3 * best, median_ms=1e3 * median, max_err=max_err(name, out, want)))
         print(f"   {name} torch: {1e3 * best:.1f} ms", file=sys.stderr, flush=True)
     return rows
 
@@ -235,26 +248,30 @@ def report(rows: list, a, wall: float) -> str:
             hand = next((r for r in ok if r["peer"] == "by hand"), None)
             lines += ["", f"### {name}, {threads} thread{'s' if threads > 1 else ''}: {r0['instances']} instances, "
                       f"{r0['nodes']} cell calls per pass", "",
-                      "| peer | ms/pass | instances/s | vs numpy | vs by hand | batches | gather KB (layout / none) "
-                      "| sliced / gathered operands | compiles | first pass s | record / plan / run us per node "
-                      "| max err | bg cores |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| peer | ms/pass best / median | instances/s | vs numpy | vs by hand | batches "
+                      "| gather KB (layout / none) | sliced / gathered / indexed operands | compiles | first pass s "
+                      "| record / plan / run us per node | max err | bg cores |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for r in rs:
                 if "error" in r:
                     lines.append(f"| {r['peer']} | failed: {r['error'].strip().splitlines()[-1][:200]} |")
                     continue
                 ms = r["best_ms"]
                 gkb = (f"{r['gather_kb']:.0f} / {r['gather_kb_no_layout']:.0f}" if "gather_kb" in r else "-")
-                ops = f"{r['sliced']:.0f} / {r['gathered']:.0f}" if "sliced" in r else "-"
+                ops = f"{r['sliced']:.0f} / {r['gathered']:.0f} / {r['indexed']:.0f}" if "sliced" in r else "-"
                 split = (f"{r['record_us']:.1f} / {r['plan_us']:.1f} / {r['run_us']:.1f}" if "record_us" in r else "-")
                 err = f"{r['max_err']:.1e}" + ("" if r["max_err"] < TOLERANCE else " **FAIL**")
                 lines.append(
-                    f"| {r['peer']} | {ms:.1f} | {1e3 * r['instances'] / ms:.0f} | "
+                    f"| {r['peer']} | {ms:.1f} / {r['median_ms']:.1f} | {1e3 * r['instances'] / ms:.0f} | "
                     f"{fmt(ref and ref['best_ms'] / ms, '.2f')}x | {fmt(hand and hand['best_ms'] / ms, '.2f')}x | "
                     f"{fmt(r.get('batches'), '.0f')} | {gkb} | {ops} | {fmt(r.get('compiles'), 'd')} | "
                     f"{r['first_s']:.2f} | {split} | {err} | "
                     f"{r['bg_cores']:.2f}{' †' if r['bg_cores'] > NOISY else ''} |")
-    lines += ["", f"vs numpy / vs by hand: that peer's time over this one's (> 1: faster). gather KB: bytes copied "
-              f"to build batch operands per pass, with ED-Batch's layout and without (the policy's order). "
+    lines += ["", f"vs numpy / vs by hand: that peer's time over this one's (> 1: faster), best passes; instances/s "
+              f"from the best pass. gather KB: bytes copied "
+              f"to build batch operands per pass (on the host and by the batched cells), with ED-Batch's layout and "
+              f"without (the policy's order); operands sliced (views of an arena), gathered (copied) or indexed (read "
+              f"through an index array inside the batched cell; host gathers: scatter=False). "
               f"compiles: autobatch's batched cells (one per cell and argument layout), rj.jit's cells. "
               f"†: other processes used more than {NOISY} cores meanwhile. Wall time {wall / 60:.1f} min."]
     return "\n".join(lines)

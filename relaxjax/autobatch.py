@@ -61,7 +61,6 @@ from typing import Callable, Sequence
 
 import optree
 
-from .autobatch_arena import BatchedCell
 from .autobatch_lazy import Lazy, _Kind, _sig_str, _struct_of
 from .autobatch_policy import POLICIES, FSMPolicy
 from .autobatch_run import _Run, _results
@@ -99,7 +98,7 @@ class AutoBatched:
             self._train_calls_left = (1 if policy_file is None else 0) if train_calls is None else train_calls
         self._kinds: dict = {}                # (cell, tree, signature) -> _Kind
         self._labels: set = set()
-        self._cells: dict = {}                # (kind, in_axes, modes) -> BatchedCell
+        self._cells: dict = {}                # (kind, in_axes) -> BatchedCell
         self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "host_gather_bytes",
                                      "arena_bytes", "operands_sliced", "operands_gathered", "operands_indexed",
                                      "rounds"), 0)
@@ -214,6 +213,14 @@ class AutoBatched:
                        fsm_fallbacks=self._fsm.fallbacks)
         return out
 
+    def batched_cells(self) -> list:
+        """The batched cells compiled so far, as ``(label, in_axes, modes, jitted)``: the
+        kind's label (cell and argument signature), which arguments are batched (0) or
+        passed once (None), how each batched one is passed (``"indexed"``: a source array and
+        an index array, the take inside the program; ``"plain"``: an array), and the jitted
+        function (``jitted.lower(...).as_text("optimized")`` shows where the takes went)."""
+        return [(kind.label, in_axes, cell.modes, cell.jitted) for (kind, in_axes), cell in self._cells.items()]
+
     def save_policy(self, path: str | os.PathLike) -> None:
         """Write the fsm policy's learned table as JSON, for ``rj.autobatch(fn, policy="fsm",
         policy_file=path)`` (which uses it greedily, no training unless ``train_calls``)."""
@@ -241,16 +248,8 @@ class AutoBatched:
             n += 1
             label = f"{base}#{n}"
         self._labels.add(label)
-        kind = self._kinds[key] = _Kind(cell, tree, outs, out_tree, label)
+        kind = self._kinds[key] = _Kind(cell, tree, len(sig), outs, out_tree, label)
         return kind
-
-    def _batched_cell(self, kind: _Kind, in_axes: tuple, modes: tuple) -> BatchedCell:
-        key = (kind, in_axes, modes)
-        f = self._cells.get(key)
-        if f is None:
-            f = self._cells[key] = BatchedCell(kind.cell, kind.tree, in_axes, modes)
-        return f
-
 
 def _short(v) -> str:
     r = repr(v)

@@ -28,12 +28,19 @@ import optree
 
 from . import numpy as rnp
 from .autobatch_lazy import Lazy, _Batch
+from .backends import get_backend
+from .compile import default_pipeline
+from .compile.passes import run_pipeline
 from .jit import Jitted, jit
 from .tir.analysis import perfect_nest
 from .tir.nodes import Load
 from .vmap import vmap
 
 PLAIN, INDEXED = "plain", "indexed"      # how a batched argument reaches the batched cell
+# A product's operand, which the program would copy (gemm reads a contiguous array):
+# "plain", gathered on the host (a view where the layout made its rows a run), or
+# "indexed", copied by the program (see the module's docstring for the measurement)
+PRODUCT_OPERANDS = "plain"
 
 
 class Arena:
@@ -100,25 +107,29 @@ class BatchedCell:
         self.copies: frozenset | None = None if INDEXED in modes else frozenset()
 
     def find_copies(self) -> None:
-        """Which indexed positions the compiled program copies: a loop-level program that
-        only moves values (``out[i..] = src[..]``) reading that position's index array."""
-        fn = _compiled_main(self.jitted)
-        index_param, j = {}, 0
-        for k, mode in enumerate(self.modes):
-            if mode is INDEXED:
-                index_param[j + 1] = k
-                j += 2
-            else:
-                j += 1
-        if fn is None or len(fn.params) != j:    # not the program we passed: count every one copied
-            self.copies = frozenset(k for k, m in enumerate(self.modes) if m is INDEXED)
-            return
-        by_var = {fn.params[i]: k for i, k in index_param.items()}
-        copies = set()
-        for b in fn.bindings:
-            if b.kind == "tir" and _moves_only(b.callee):
-                copies.update(by_var[a] for a in b.args if a in by_var)
-        self.copies = frozenset(copies)
+        """Which indexed positions the compiled program copies (see ``_copied``)."""
+        self.copies = _copied(_compiled_main(self.jitted), self.modes)
+
+
+def _copied(fn, modes: tuple) -> frozenset:
+    """The indexed positions whose rows graph function ``fn`` (a batched cell's program
+    after the pipeline) copies: a loop-level program that only moves values
+    (``out[i..] = src[..]``) reads that position's index array."""
+    index_param, j = {}, 0
+    for k, mode in enumerate(modes):
+        if mode is INDEXED:
+            index_param[j + 1] = k
+            j += 2
+        else:
+            j += 1
+    if fn is None or len(fn.params) != j:    # not the program we passed: count every one copied
+        return frozenset(k for k, m in enumerate(modes) if m is INDEXED)
+    by_var = {fn.params[i]: k for i, k in index_param.items()}
+    copies = set()
+    for b in fn.bindings:
+        if b.kind == "tir" and _moves_only(b.callee):
+            copies.update(by_var[a] for a in b.args if a in by_var)
+    return frozenset(copies)
 
 
 def _param_names(cell: Jitted, tree, n: int) -> list:
@@ -149,22 +160,18 @@ def _moves_only(prim) -> bool:
 
 # ---------------------------------------------------------------------------- operands
 def _arena_rows(xs: list):
-    """(arena, rows) when every value is a result in one arena, else None."""
-    x0 = xs[0]
-    if type(x0) is not Lazy:
+    """(arena, rows) when every value is a result, else None.  (The results at one argument
+    position share the kind's signature for it, and a call keeps one arena per signature:
+    they are all in the first one's arena.)"""
+    if len(set(map(type, xs))) != 1 or type(xs[0]) is not Lazy:
         return None
-    arena = x0.node.batch.arenas[x0.k]
+    x0 = xs[0]
     rows = []
+    append = rows.append
     for x in xs:
-        if type(x) is not Lazy:
-            return None
         n = x.node
-        b = n.batch
-        k = x.k
-        if b.arenas[k] is not arena:
-            return None
-        rows.append(b.bases[k] + n.pos)
-    return arena, rows
+        append(n.batch.bases[x.k] + n.pos)
+    return x0.node.batch.arenas[x0.k], rows
 
 
 def _sliced_or_taken(xs: list, stats: dict):
@@ -194,16 +201,70 @@ def _indexed(xs: list):
     found = _arena_rows(xs)
     if found is not None:
         return found[0].data, np.array(found[1], np.int64), 0
+    ids = list(map(id, xs))
+    if len(set(ids)) == len(ids):             # all distinct (a word's embedding per node)
+        src = np.stack([x.value if type(x) is Lazy else x for x in xs])
+        return src, np.arange(len(xs), dtype=np.int64), src.nbytes
     seen: dict = {}
     vals, idx = [], []
-    for x in xs:
-        i = seen.get(id(x))
+    for x, i0 in zip(xs, ids):
+        i = seen.get(i0)
         if i is None:
-            i = seen[id(x)] = len(vals)
+            i = seen[i0] = len(vals)
             vals.append(x.value if type(x) is Lazy else x)
         idx.append(i)
     src = np.stack(vals)
     return src, np.array(idx, np.int64), src.nbytes
+
+
+def _operands(cell: BatchedCell, nodes: list, first: tuple, in_axes: tuple, s: dict):
+    """The batched cell's arguments for ``nodes`` and the indexed positions (with their
+    row bytes), host copies counted in ``s``."""
+    args, indexed = [], []
+    for k, mode in enumerate(cell.modes):
+        if mode is None:
+            x = first[k]
+            args.append(x.value if type(x) is Lazy else x)
+        elif mode is INDEXED:
+            src, idx, copied = _indexed([n.args[k] for n in nodes])
+            args += (src, idx)
+            indexed.append((k, src.strides[0]))
+            if copied:
+                s["host_gather_bytes"] += copied
+                s["gather_bytes"] += copied
+        else:
+            args.append(_sliced_or_taken([n.args[k] for n in nodes], s))
+    return args, indexed
+
+
+def _new_cell(kind, in_axes: tuple, scatter: bool, nodes: list) -> BatchedCell:
+    """A kind's batched cell for ``in_axes``: every batched argument plain (``scatter``
+    off), else indexed except those the program would copy anyway (a product's operands,
+    gemm reading a contiguous array): asked of the compiler on the first batch's arguments
+    (traced and run through the graph pipeline, no code generated), those are passed plain
+    and gathered on the host (a view when the layout made their rows a run; measured no
+    slower than the copy in the program, see the module's docstring)."""
+    batched = [k for k, ax in enumerate(in_axes) if ax is not None]
+    modes = [None] * len(in_axes)
+    for k in batched:
+        modes[k] = INDEXED if scatter else PLAIN
+    trial = BatchedCell(kind.cell, kind.tree, in_axes, tuple(modes))
+    if not scatter or PRODUCT_OPERANDS == "indexed":
+        return trial
+    args, _ = _operands(trial, nodes, nodes[0].args, in_axes, dict.fromkeys(_COUNTS, 0))
+    backend = get_backend(kind.cell.backend)      # the pipeline jit runs for this backend
+    pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True),
+                                pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False))
+    program = run_pipeline(trial.jitted.lower(*args).module, pipeline, dump_input=False)
+    copied = _copied(program.main, trial.modes)
+    if not copied:
+        return trial
+    for k in copied:
+        modes[k] = PLAIN
+    return BatchedCell(kind.cell, kind.tree, in_axes, tuple(modes))
+
+
+_COUNTS = ("host_gather_bytes", "gather_bytes", "operands_sliced", "operands_gathered")
 
 
 def run_batch(owner, b: _Batch) -> None:
@@ -222,22 +283,11 @@ def run_batch(owner, b: _Batch) -> None:
             out = kind.cell(*a, **kw)
         leaves = [np.asarray(v)[None] for v in optree.tree_leaves(out, none_is_leaf=False)]
     else:
-        modes = b.modes
-        cell = owner._batched_cell(kind, in_axes, modes)
-        args, indexed = [], []
-        for k, ax in enumerate(in_axes):
-            if ax is None:
-                x = first[k]
-                args.append(x.value if type(x) is Lazy else x)
-            elif modes[k] is INDEXED:
-                src, idx, copied = _indexed([n.args[k] for n in nodes])
-                args += (src, idx)
-                indexed.append((k, src.strides[0]))
-                if copied:
-                    s["host_gather_bytes"] += copied
-                    s["gather_bytes"] += copied
-            else:
-                args.append(_sliced_or_taken([n.args[k] for n in nodes], s))
+        cells = owner._cells
+        cell = cells.get((kind, in_axes))
+        if cell is None:
+            cell = cells[kind, in_axes] = _new_cell(kind, in_axes, owner.scatter, nodes)
+        args, indexed = _operands(cell, nodes, first, in_axes, s)
         out = cell.jitted(*args)
         if cell.copies is None:
             cell.find_copies()

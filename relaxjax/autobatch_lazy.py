@@ -102,11 +102,11 @@ Lazy.__hash__ = object.__hash__
 class _Kind:
     """What the nodes of one cell and argument signature share: the traced results, the
     label (policies and saved FSM tables name types by it), the last batch layout."""
-    __slots__ = ("cell", "tree", "outs", "out_tree", "out_form", "out_sigs", "label", "layout", "params",
-                 "split")
+    __slots__ = ("cell", "tree", "arity", "outs", "out_tree", "out_form", "out_sigs", "label", "layout",
+                 "params", "split")
 
-    def __init__(self, cell: Jitted, tree, outs: list, out_tree, label: str):
-        self.cell, self.tree, self.outs, self.out_tree, self.label = cell, tree, outs, out_tree, label
+    def __init__(self, cell: Jitted, tree, arity: int, outs: list, out_tree, label: str):
+        self.cell, self.tree, self.arity, self.outs, self.out_tree, self.label = cell, tree, arity, outs, out_tree, label
         self.out_sigs = [(s.shape, s.dtype) if type(s) is ShapeDtypeStruct else None for s in outs]
         arrays = all(s is not None for s in self.out_sigs)
         # 1: one array; 2: a flat tuple of arrays (built without optree); 0: anything else
@@ -133,13 +133,12 @@ class _Node:
 
 class _Batch:
     """Nodes of one type run as one call: ``in_axes`` (None: every node alike, the cell
-    itself once) and ``modes`` (per argument: None, or how a batched one is passed, see
-    ``autobatch_arena``); per result position, its arena and the first row of the batch's
-    run there."""
-    __slots__ = ("kind", "nodes", "in_axes", "modes", "arenas", "bases", "done")
+    itself once); per result position, its arena and the first row of the batch's run
+    there."""
+    __slots__ = ("kind", "nodes", "in_axes", "arenas", "bases", "done")
 
-    def __init__(self, kind: _Kind, nodes: list, in_axes, modes):
-        self.kind, self.nodes, self.in_axes, self.modes, self.done = kind, nodes, in_axes, modes, False
+    def __init__(self, kind: _Kind, nodes: list, in_axes):
+        self.kind, self.nodes, self.in_axes, self.done = kind, nodes, in_axes, False
 
 
 def _struct_of(x):

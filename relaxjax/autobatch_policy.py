@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from itertools import groupby
 from typing import Sequence
 
 __all__ = ["Graph", "POLICIES", "schedule_depth", "schedule_agenda", "FSMPolicy", "order_for_layout"]
@@ -49,10 +50,12 @@ class Graph:
     ``depth[i]``, ``users[i]`` (one entry per edge: a node reading two results of i is
     listed twice), ``waits[i]`` (the number of such edges into i), ``ins[i]`` (the edges into
     i as (argument position, producer))."""
-    __slots__ = ("type_of", "depth", "ins", "labels", "_users", "_waits")
+    __slots__ = ("type_of", "depth", "ins", "labels", "width", "_users", "_waits")
 
-    def __init__(self, type_of: list, depth: list, ins: list, labels: list):
+    def __init__(self, type_of: list, depth: list, ins: list, labels: list, width: int | None = None):
         self.type_of, self.depth, self.ins, self.labels = type_of, depth, ins, labels
+        # more than any argument position in ``ins`` (the nodes' largest arity); None: found
+        self.width = width
         self._users = self._waits = None
 
     def _edges(self) -> None:
@@ -80,15 +83,12 @@ class Graph:
 
 def schedule_depth(g: Graph) -> list:
     """Depth by depth, one batch per type present at that depth (a node's producers are all
-    shallower, so each batch is ready when it comes)."""
-    groups: dict = {}
-    for i, key in enumerate(zip(g.depth, g.type_of)):
-        b = groups.get(key)
-        if b is None:
-            groups[key] = [i]
-        else:
-            b.append(i)
-    return [groups[k] for k in sorted(groups)]
+    shallower, so each batch is ready when it comes).  Nodes keep their recording order
+    within a batch (the sort is stable)."""
+    types = len(g.labels)
+    keys = [d * types + t for d, t in zip(g.depth, g.type_of)]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [list(group) for _, group in groupby(order, keys.__getitem__)]
 
 
 def _initial(g: Graph):
@@ -329,16 +329,24 @@ def order_for_layout(g: Graph, batches: Sequence[list]) -> None:
     """Sort each batch (in place) by where its nodes are first read: (consumer batch,
     argument position, consumer's position), nodes nobody reads last; see the module's
     docstring.  Batches are visited last to first, so a consumer's order is fixed before its
-    producers are sorted by it."""
-    last = (len(batches), 0, 0)
-    key: list = [last] * len(g.type_of)
+    producers are sorted by it.  (The key is that triple packed into one int: no tuple per
+    edge.)"""
+    n = len(g.type_of)
     ins = g.ins
+    width = g.width
+    if width is None:
+        width = 1 + max((k for edges in ins if edges for k, _ in edges), default=0)
+    last = len(batches) * width * n
+    key: list = [last] * n
     for bi in range(len(batches) - 1, -1, -1):
         batch = batches[bi]
         if len(batch) > 1:
             batch.sort(key=key.__getitem__)
+        base = bi * width
         for pos, c in enumerate(batch):
-            for k, p in ins[c]:
-                kk = (bi, k, pos)
-                if kk < key[p]:
-                    key[p] = kk
+            edges = ins[c]
+            if edges:
+                for k, p in edges:
+                    kk = (base + k) * n + pos
+                    if kk < key[p]:
+                        key[p] = kk

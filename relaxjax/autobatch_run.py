@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import Counter
+from operator import itemgetter
 
 import numpy as np
 import optree
 
-from .autobatch_arena import INDEXED, PLAIN, Arena, run_batch
+from .autobatch_arena import Arena, run_batch
 from .autobatch_lazy import Lazy, _Batch, _Kind, _Node, _ident, _split_ident, _SCALARS
 from .autobatch_policy import Graph, order_for_layout, schedule_agenda, schedule_depth
 from .jit import _CALL_HOOK, Jitted
@@ -23,8 +24,9 @@ def _split(group: list, idx: list, in_axes) -> dict:
     """The nodes (indices ``idx``, arguments ``group``) grouped by the objects they pass at
     the positions ``in_axes`` passes once (all of them for None), where those differ."""
     first = group[0]
-    split = [k for k, x0 in enumerate(first) if (in_axes is None or in_axes[k] is None)
-             and not all(a[k] is x0 for a in group)]
+    # (one object at a position: a single id, counted in C rather than a generator per node)
+    split = [k for k in range(len(first)) if (in_axes is None or in_axes[k] is None)
+             and len(set(map(id, map(itemgetter(k), group)))) > 1]
     if not split:
         return {(): idx}
     # equal Python scalars are one argument (a position's scalars share a type: the kind's)
@@ -54,22 +56,25 @@ class _Run:
         self.arenas: dict = {}                # (shape, dtype) -> Arena, for every flush of the call
 
     def record(self, cell: Jitted, args: tuple, kwargs: dict):
-        """The recording hook (``Jitted.__call__`` calls it instead of computing)."""
+        """The recording hook (``Jitted.__call__`` calls it instead of computing).  Every
+        node of a run passes through here, so it is written for speed: locals, no helper
+        calls, the common output forms built inline."""
         if kwargs:
             return self._record_tree(cell, args, kwargs)
-        sig, depth, ins = [], 0, ()
+        sig = []
+        depth, ins, k = 0, (), 0
         for x in args:
             t = type(x)
             if t is Lazy:
                 if x.run is not self:
-                    raise ValueError(f"autobatch: argument {len(sig)} of {cell.__name__} is a lazy value of "
+                    raise ValueError(f"autobatch: argument {k} of {cell.__name__} is a lazy value of "
                                      f"another autobatch call")
                 n = x.node
                 if n.batch is None:
                     if ins:
-                        ins.append((len(sig), n.pos))
+                        ins.append((k, n.pos))
                     else:
-                        ins = [(len(sig), n.pos)]
+                        ins = [(k, n.pos)]
                     if n.depth > depth:
                         depth = n.depth
                 sig.append(x.sig)
@@ -79,6 +84,7 @@ class _Run:
                 sig.append(t)                 # a Python scalar: weak, as in the cell's own call
             else:
                 return self._record_tree(cell, args, kwargs)
+            k += 1
         key = (cell, None, tuple(sig))
         kind = self.kinds.get(key)
         if kind is None:
@@ -86,11 +92,13 @@ class _Run:
         pending = self.pending
         node = _Node(kind, args, depth + 1, len(pending), ins)
         pending.append(node)
-        form = kind.out_form
+        form, outs = kind.out_form, kind.out_sigs
         if form == 2:
-            return tuple([Lazy(node, k, s, self) for k, s in enumerate(kind.out_sigs)])
+            if len(outs) == 2:                # (h, c): the common case, no comprehension
+                return Lazy(node, 0, outs[0], self), Lazy(node, 1, outs[1], self)
+            return tuple([Lazy(node, j, s, self) for j, s in enumerate(outs)])
         if form == 1:
-            return Lazy(node, 0, kind.out_sigs[0], self)
+            return Lazy(node, 0, outs[0], self)
         return self._outputs(node, kind)
 
     def _record_tree(self, cell: Jitted, args: tuple, kwargs: dict):
@@ -168,8 +176,7 @@ class _Run:
             else:
                 g.append(i)
         type_of = [0] * len(nodes)
-        labels, kinds, axes, modes = [], [], [], []
-        batched = INDEXED if self.owner.scatter else PLAIN
+        labels, kinds, axes = [], [], []
         for kind, idx in by_kind.items():
             group = [nodes[i].args for i in idx]
             multi = bisect_right(starts, idx[0]) != bisect_right(starts, idx[-1])
@@ -186,9 +193,6 @@ class _Run:
                         groups = _split(group, idx, in_axes)
             else:
                 groups = {(): idx}
-            kind_modes = None
-            if in_axes is not None:            # every batched argument one way: one compile per in_axes
-                kind_modes = tuple([None if ax is None else batched for ax in in_axes])
             for members in groups.values():
                 t = len(labels)
                 if kind.split:                   # weight sets: numbered, stable across calls
@@ -199,12 +203,10 @@ class _Run:
                     labels.append(kind.label)
                 kinds.append(kind)
                 # a guess compiles no batched cell for one node
-                one = guessed and len(members) == 1
-                axes.append(None if one else in_axes)
-                modes.append(None if one else kind_modes)
+                axes.append(None if guessed and len(members) == 1 else in_axes)
                 for i in members:
                     type_of[i] = t
-        return type_of, labels, kinds, axes, modes
+        return type_of, labels, kinds, axes
 
     @staticmethod
     def _layout(kind: _Kind, group: list, idx: list, starts: list, multi: bool):
@@ -249,8 +251,8 @@ class _Run:
 
     def _plan(self, nodes: list, starts: list | None = None) -> list:
         owner = self.owner
-        type_of, labels, kinds, axes, modes = self._types(nodes, starts or [0])
-        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels)
+        type_of, labels, kinds, axes = self._types(nodes, starts or [0])
+        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels, 1 + max(k.arity for k in kinds))
         if owner.policy == "depth":
             order = schedule_depth(g)
         elif owner.policy == "agenda":
@@ -266,7 +268,7 @@ class _Run:
         for idx in order:
             t = type_of[idx[0]]
             kind = kinds[t]
-            b = _Batch(kind, [nodes[i] for i in idx], axes[t], modes[t])
+            b = _Batch(kind, [nodes[i] for i in idx], axes[t])
             bases = []
             for sig in kind.out_sigs:
                 if sig is None:
