@@ -97,6 +97,7 @@ class AutoBatched:
             self._fsm = FSMPolicy(seed=seed) if policy_file is None else FSMPolicy.load(policy_file, seed=seed)
             self._train_calls_left = (1 if policy_file is None else 0) if train_calls is None else train_calls
         self._kinds: dict = {}                # (cell, tree, signature) -> _Kind
+        self._sigs: dict = {}                 # result signatures, one object per value
         self._labels: set = set()
         self._cells: dict = {}                # (kind, in_axes) -> BatchedCell
         self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "host_gather_bytes",
@@ -249,7 +250,11 @@ class AutoBatched:
             label = f"{base}#{n}"
         self._labels.add(label)
         kind = self._kinds[key] = _Kind(cell, tree, len(sig), outs, out_tree, label)
+        # one object per signature: a lazy argument matches the signature a cell's last call
+        # saw by identity (``_Run.record``)
+        kind.out_sigs = [None if s is None else self._sigs.setdefault(s, s) for s in kind.out_sigs]
         return kind
+
 
 def _short(v) -> str:
     r = repr(v)

@@ -179,7 +179,7 @@ def _sliced_or_taken(xs: list, stats: dict):
     (on the host) when they lie in one arena, else the values stacked."""
     found = _arena_rows(xs)
     if found is None:
-        out = np.stack([x.value if type(x) is Lazy else x for x in xs])
+        out = _stacked(xs)
     else:
         arena, rows = found
         r0, m = rows[0], len(rows)
@@ -203,7 +203,7 @@ def _indexed(xs: list):
         return found[0].data, np.array(found[1], np.int64), 0
     ids = list(map(id, xs))
     if len(set(ids)) == len(ids):             # all distinct (a word's embedding per node)
-        src = np.stack([x.value if type(x) is Lazy else x for x in xs])
+        src = _stacked(xs)
         return src, np.arange(len(xs), dtype=np.int64), src.nbytes
     seen: dict = {}
     vals, idx = [], []
@@ -213,8 +213,17 @@ def _indexed(xs: list):
             i = seen[i0] = len(vals)
             vals.append(x.value if type(x) is Lazy else x)
         idx.append(i)
-    src = np.stack(vals)
+    src = _stacked(vals)
     return src, np.array(idx, np.int64), src.nbytes
+
+
+def _stacked(xs: list) -> np.ndarray:
+    """The values (arrays of one shape and dtype, the kind's, or lazy values) stacked:
+    ``np.array`` of a list of arrays (one C loop; ``np.stack`` costs 2.7x as much on a
+    TreeLSTM's 1204 leaves)."""
+    if Lazy in set(map(type, xs)):
+        xs = [x.value if type(x) is Lazy else x for x in xs]
+    return np.array(xs)
 
 
 def _operands(cell: BatchedCell, nodes: list, first: tuple, in_axes: tuple, s: dict):

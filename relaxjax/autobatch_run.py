@@ -54,41 +54,82 @@ class _Run:
         self.pending: list = []
         self.starts: list = [0]               # where each instance's pending nodes begin
         self.arenas: dict = {}                # (shape, dtype) -> Arena, for every flush of the call
+        # cell -> (kind, argument signature, arguments) of its last call that built the signature
+        # (per call: it holds the arguments)
+        self.last: dict = {}
 
     def record(self, cell: Jitted, args: tuple, kwargs: dict):
         """The recording hook (``Jitted.__call__`` calls it instead of computing).  Every
         node of a run passes through here, so it is written for speed: locals, no helper
-        calls, the common output forms built inline."""
+        calls, the common output forms built inline, and first a check against the cell's
+        previous call (``last``: its kind, argument signature and arguments), which a model
+        calling a cell again and again with arguments of one signature (the same weights)
+        passes without building and hashing the signature.  (An array passed again is taken
+        to keep its shape and dtype: NumPy can change them in place, ``a.shape = ...``, which
+        would make the batched call fail, not compute something else.)"""
         if kwargs:
             return self._record_tree(cell, args, kwargs)
-        sig = []
-        depth, ins, k = 0, (), 0
-        for x in args:
-            t = type(x)
-            if t is Lazy:
-                if x.run is not self:
-                    raise ValueError(f"autobatch: argument {k} of {cell.__name__} is a lazy value of "
-                                     f"another autobatch call")
-                n = x.node
-                if n.batch is None:
-                    if ins:
-                        ins.append((k, n.pos))
-                    else:
-                        ins = [(k, n.pos)]
-                    if n.depth > depth:
-                        depth = n.depth
-                sig.append(x.sig)
-            elif t is np.ndarray:
-                sig.append((x.shape, x.dtype))
-            elif t is float or t is int or t is bool or t is complex:
-                sig.append(t)                 # a Python scalar: weak, as in the cell's own call
+        kind = None
+        cached = self.last.get(cell)
+        if cached is not None and len(cached[1]) == len(args):
+            depth, ins, k = 0, (), 0
+            objs = cached[2]
+            for x, e in zip(args, cached[1]):
+                t = type(x)
+                if t is Lazy:
+                    s = x.sig
+                    if s is not e and s != e:
+                        break
+                    if x.run is not self:
+                        raise ValueError(f"autobatch: argument {k} of {cell.__name__} is a lazy value of "
+                                         f"another autobatch call")
+                    n = x.node
+                    if n.batch is None:
+                        if ins:
+                            ins.append((k, n.pos))
+                        else:
+                            ins = [(k, n.pos)]
+                        if n.depth > depth:
+                            depth = n.depth
+                elif t is np.ndarray:         # the same array (weights), or one of the same signature
+                    if x is not objs[k] and (type(e) is not tuple or x.shape != e[0] or x.dtype != e[1]):
+                        break
+                elif t is not e:              # a Python scalar of the signature's type, else no match
+                    break
+                k += 1
             else:
-                return self._record_tree(cell, args, kwargs)
-            k += 1
-        key = (cell, None, tuple(sig))
-        kind = self.kinds.get(key)
+                kind = cached[0]
         if kind is None:
-            kind = self.owner._new_kind(key, args)
+            sig = []
+            depth, ins, k = 0, (), 0
+            for x in args:
+                t = type(x)
+                if t is Lazy:
+                    if x.run is not self:
+                        raise ValueError(f"autobatch: argument {k} of {cell.__name__} is a lazy value of "
+                                         f"another autobatch call")
+                    n = x.node
+                    if n.batch is None:
+                        if ins:
+                            ins.append((k, n.pos))
+                        else:
+                            ins = [(k, n.pos)]
+                        if n.depth > depth:
+                            depth = n.depth
+                    sig.append(x.sig)
+                elif t is np.ndarray:
+                    sig.append((x.shape, x.dtype))
+                elif t is float or t is int or t is bool or t is complex:
+                    sig.append(t)             # a Python scalar: weak, as in the cell's own call
+                else:
+                    return self._record_tree(cell, args, kwargs)
+                k += 1
+            sig = tuple(sig)
+            key = (cell, None, sig)
+            kind = self.kinds.get(key)
+            if kind is None:
+                kind = self.owner._new_kind(key, args)
+            self.last[cell] = (kind, sig, args)
         pending = self.pending
         node = _Node(kind, args, depth + 1, len(pending), ins)
         pending.append(node)

@@ -314,3 +314,32 @@ def test_an_arena_grows_geometrically_and_keeps_its_rows():
 def test_scatter_must_be_a_bool():
     with pytest.raises(TypeError, match="scatter must be True or False"):
         rj.autobatch(encode, scatter="yes")
+
+
+@rj.jit
+def scale(x, s):
+    return x * s + 1.0
+
+
+def test_a_cell_called_with_signatures_that_change():
+    """The recording checks a call against the cell's previous one first: arguments of
+    another shape, dtype or scalar type, a lazy value where an array was, are new kinds,
+    each batched apart, every result what the cell computes alone."""
+    def fn(k):
+        a = scale(np.full(3, float(k)), 2.0)                  # float64[3], float
+        b = scale(np.full(3, k, np.float32), 2)               # float32[3], int
+        c = scale(np.full(4, float(k)), 2.0)                  # float64[4]
+        d = scale(a, 0.5)                                     # a lazy float64[3]
+        e = scale(np.full(3, float(k)), 2.0)                  # the first signature again
+        return a, b, c, d, e
+    b = rj.autobatch(fn)
+    got = b(list(range(5)))
+    for k, (a, b_, c, d, e) in enumerate(got):
+        np.testing.assert_allclose(a, np.full(3, 2.0 * k + 1.0))
+        assert b_.dtype == np.float32 and a.dtype == np.float64
+        np.testing.assert_allclose(b_, np.full(3, 2.0 * k + 1.0))
+        np.testing.assert_allclose(c, np.full(4, 2.0 * k + 1.0))
+        np.testing.assert_allclose(d, (2.0 * k + 1.0) * 0.5 + 1.0)
+        np.testing.assert_allclose(e, a)
+    labels = sorted(label.split("(", 1)[1] for label, _, _, _ in b.batched_cells())
+    assert labels == ["float32[3], int)", "float64[3], float)", "float64[4], float)"], labels
