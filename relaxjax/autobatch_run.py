@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import Counter
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import optree
@@ -18,6 +18,10 @@ from .autobatch_arena import Arena, run_batch
 from .autobatch_lazy import Lazy, _Batch, _Kind, _Node, _ident, _split_ident, _SCALARS
 from .autobatch_policy import Graph, order_for_layout, schedule_agenda, schedule_depth
 from .jit import _CALL_HOOK, Jitted
+
+
+# (attribute reads in C over a flush's nodes)
+_KIND, _ARGS, _DEPTH, _INS = attrgetter("kind"), attrgetter("args"), attrgetter("depth"), attrgetter("ins")
 
 
 def _split(group: list, idx: list, in_axes) -> dict:
@@ -210,16 +214,16 @@ class _Run:
         batch passes one object there.  ``starts``: where each instance's
         nodes begin."""
         by_kind: dict = {}
-        for i, n in enumerate(nodes):
-            g = by_kind.get(n.kind)
+        for i, kind in enumerate(map(_KIND, nodes)):
+            g = by_kind.get(kind)
             if g is None:
-                by_kind[n.kind] = [i]
+                by_kind[kind] = [i]
             else:
                 g.append(i)
         type_of = [0] * len(nodes)
         labels, kinds, axes = [], [], []
         for kind, idx in by_kind.items():
-            group = [nodes[i].args for i in idx]
+            group = list(map(_ARGS, map(nodes.__getitem__, idx)))
             multi = bisect_right(starts, idx[0]) != bisect_right(starts, idx[-1])
             guessed = False
             in_axes = kind.layout                # one node and no layout yet: the cell itself
@@ -245,8 +249,11 @@ class _Run:
                 kinds.append(kind)
                 # a guess compiles no batched cell for one node
                 axes.append(None if guessed and len(members) == 1 else in_axes)
-                for i in members:
-                    type_of[i] = t
+                if len(members) == len(nodes):
+                    type_of = [t] * len(nodes)
+                else:
+                    for i in members:
+                        type_of[i] = t
         return type_of, labels, kinds, axes
 
     @staticmethod
@@ -293,7 +300,7 @@ class _Run:
     def _plan(self, nodes: list, starts: list | None = None) -> list:
         owner = self.owner
         type_of, labels, kinds, axes = self._types(nodes, starts or [0])
-        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels, 1 + max(k.arity for k in kinds))
+        g = Graph(type_of, list(map(_DEPTH, nodes)), list(map(_INS, nodes)), labels, 1 + max(k.arity for k in kinds))
         if owner.policy == "depth":
             order = schedule_depth(g)
         elif owner.policy == "agenda":
@@ -309,7 +316,7 @@ class _Run:
         for idx in order:
             t = type_of[idx[0]]
             kind = kinds[t]
-            b = _Batch(kind, [nodes[i] for i in idx], axes[t])
+            b = _Batch(kind, list(map(nodes.__getitem__, idx)), axes[t])
             bases = []
             for sig in kind.out_sigs:
                 if sig is None:
