@@ -33,14 +33,12 @@ def _split(group: list, idx: list, in_axes) -> dict:
              and len(set(map(id, map(itemgetter(k), group)))) > 1]
     if not split:
         return {(): idx}
-    # equal Python scalars are one argument (a position's scalars share a type: the kind's)
-    scalar = {k for k in split if isinstance(first[k], _SCALARS)}
+    # equal Python scalars are one argument (a position's scalars share a type: the kind's);
+    # the identities read column by column in C, a node's key their tuple
+    cols = [list(map(itemgetter(k), group)) if isinstance(first[k], _SCALARS)
+            else list(map(id, map(itemgetter(k), group))) for k in split]
     groups: dict = {}
-    for i, args in zip(idx, group):
-        if scalar:
-            ident = tuple([args[k] if k in scalar else id(args[k]) for k in split])
-        else:
-            ident = tuple([id(args[k]) for k in split])
+    for i, ident in zip(idx, zip(*cols)):
         g = groups.get(ident)
         if g is None:
             groups[ident] = [i]
@@ -343,27 +341,33 @@ class _Run:
         s["batches"] += len(batches)
         return batches
 
+
 def _results(results: list) -> list:
     """The lazy values among ``fn``'s results replaced by their values: views of an arena
     where the results hold at least half its rows (a tagger's logits: no copy), copies
     otherwise (a tree's roots: the arena of every state is not kept alive for them)."""
     flat = [optree.tree_flatten(r, none_is_leaf=False) for r in results]
-    rows: dict = {}
+    rows: dict = {}                           # arena -> the results it holds
     for leaves, _ in flat:
         for v in leaves:
             if type(v) is Lazy:
-                v.force()
-                a = v.node.batch.arenas[v.k]
+                b = v.node.batch
+                if b is None or not b.done:
+                    v.force()
+                    b = v.node.batch
+                a = b.arenas[v.k]
                 rows[a] = rows.get(a, 0) + 1
+    whole = {a for a, n in rows.items() if 2 * n >= a.used}
     out = []
     for leaves, tree in flat:
         vals = []
         for v in leaves:
             if type(v) is Lazy:
-                b = v.node.batch
+                n = v.node
+                b = n.batch
                 a = b.arenas[v.k]
-                x = a.data[b.bases[v.k] + v.node.pos, ...]
-                vals.append(x if 2 * rows[a] >= a.used else x.copy())
+                x = a.data[b.bases[v.k] + n.pos, ...]        # (a 0-d array, not a NumPy scalar)
+                vals.append(x if a in whole else x.copy())
             else:
                 vals.append(v)
         out.append(optree.tree_unflatten(tree, vals))

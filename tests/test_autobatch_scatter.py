@@ -343,3 +343,12 @@ def test_a_cell_called_with_signatures_that_change():
         np.testing.assert_allclose(e, a)
     labels = sorted(label.split("(", 1)[1] for label, _, _, _ in b.batched_cells())
     assert labels == ["float32[3], int)", "float64[3], float)", "float64[4], float)"], labels
+
+
+def test_results_of_no_dimensions_are_arrays():
+    """A cell's 0-d result comes back as a 0-d array (a view or a copy), not a NumPy scalar."""
+    xs = [np.full(H, float(k)) for k in range(3)]
+    got = rj.autobatch(lambda x: score(lift(x, x)))(xs)
+    for g, x in zip(got, xs):
+        assert type(g) is np.ndarray and g.shape == ()
+        assert float(g) == pytest.approx(np.tanh(2 * x).sum(), rel=1e-12)
