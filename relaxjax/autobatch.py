@@ -19,19 +19,28 @@ used as a number: ``float(p)``), every pending node runs, planned first as a who
 * the policy chooses the batches (``relaxjax.autobatch_policy``: ``"depth"``, ``"agenda"``,
   or ``"fsm"``, ED-Batch's policy learned by Q-learning on the first calls, which can be
   saved and loaded);
-* the layout (ED-Batch's memory planning, ``layout=True``): results live in *arenas*, one
-  array per (result shape and dtype, result position), each batch's results one contiguous
-  run, the batches in execution order; each batch's nodes are ordered so that a later
-  batch's operand is, where possible, exactly a run of an earlier one's results: a slice
-  view, nothing copied.  Otherwise the operand is one ``np.take`` from the arena.
-  ``stats()`` counts the bytes gathered so (``gather_bytes``) with the operands read as
-  slices and as gathers; ``layout=False`` keeps the policy's order, for comparison.
+* the layout (ED-Batch's memory planning, ``layout=True``): results live in *arenas*
+  (``relaxjax.autobatch_arena``), one array per result shape and dtype for the whole call,
+  each batch's results at one result position a contiguous run, appended in execution order
+  flush after flush (grown geometrically); each batch's nodes are ordered so that a later
+  batch's operand is, where possible, exactly a run of an earlier one's results.
+  ``layout=False`` keeps the policy's order, for comparison.
 
 A batch is the cell mapped over the batch (``rj.vmap``: the parameters passed once, the
 rest batched), jitted once per cell and argument layout: the batch size is a symbolic dim,
 so one compile serves every batch of every size (coarse grain: the whole cell, fused, not op
-by op).  The values returned are views of an arena where they fill at least half of it
-(nothing copied), else copies (so a few results do not keep every intermediate alive).
+by op).  Its operands are *scattered* (``scatter=True``): an argument the cell reads
+elementwise is passed as the arena and an index array, the take traced into the batched
+cell (``vmap(cell)(take(arena, idx, axis=0), ...)``) and fused by the compiler into the
+kernels that read it, so nothing is copied; an argument a matrix product reads (gemm needs
+it contiguous, the compiled program would copy it) is gathered on the host, a slice view of
+the arena where the layout made it a run, else one ``np.take`` (measured as fast as the
+copy inside the program, or faster).  Which is which the compiler says, on the first batch
+(``autobatch_arena``).  ``scatter=False`` gathers every operand on the host.  ``stats()``
+counts the bytes copied to build operands (``gather_bytes``; ``host_gather_bytes`` the
+host's part) and the operands read as slices, gathered or indexed.  The values returned
+are views of an arena where they fill at least half of it (nothing copied), else copies
+(so a few results do not keep every intermediate alive).
 
 Early exits (data-dependent control flow): ``fn`` may be a generator function, as ACRoBat
 suspends an instance in a fiber at such a test.  ``v = yield lazy`` (or a pytree of lazy
@@ -48,8 +57,9 @@ closed.  A plain ``fn`` that uses a lazy value as a number instead (``float(p)``
 everything recorded so far at that point: the same results, batched less (the later
 instances are not recorded yet).
 
-Not here yet (issue 21's later steps): reading operands through index arrays inside the
-generated kernels instead of gathering them on the host.
+Not here: results written into the arenas by the batched cells themselves (they are copied
+in, one contiguous run per result and batch), and a product reading its operand's rows
+through the index array (gemm's packing would have to gather them).
 """
 from __future__ import annotations
 
@@ -200,9 +210,12 @@ class AutoBatched:
 
     def stats(self) -> dict:
         """Totals over the calls so far: instances; nodes recorded; batches launched;
-        ``gather_bytes``, bytes copied to build batch operands (``operands_gathered`` of them;
-        ``operands_sliced`` were read as views of an arena); ``arena_bytes``, results copied
-        into the arenas; ``compiles`` of the batched cells (one per cell and argument layout,
+        ``gather_bytes``, bytes copied to build batch operands, on the host
+        (``host_gather_bytes``: arrays passed to cells stacked, products' operands taken) or
+        by a batched cell's program (``operands_gathered`` operands were copied;
+        ``operands_sliced`` read as views of an arena; ``operands_indexed`` read through an
+        index array by the kernels, their own rows not copied); ``arena_bytes``, results
+        copied into the arenas; ``compiles`` of the batched cells (one per cell and argument layout,
         whatever the batch sizes); seconds spent recording (running ``fn``: ``record_s``),
         planning (``plan_s``) and running batches (``run_s``); ``rounds``, the flushes that
         resumed suspended generators (``fn`` a generator function); for the fsm policy,
@@ -268,7 +281,9 @@ def autobatch(fn: Callable, policy: str = "depth", *, layout: bool = True, scatt
     instances with the cells' calls batched (see the module's docstring).
 
     ``policy``: ``"depth"``, ``"agenda"`` or ``"fsm"``.  ``layout``: order each batch's
-    results so later operands are slices (False: the policy's order).  For ``"fsm"``:
+    results so later operands are slices (False: the policy's order).  ``scatter``: read
+    operands through index arrays inside the batched cells where the cell reads them
+    elementwise (False: gather every operand on the host first).  For ``"fsm"``:
     ``policy_file``, a table written by ``AutoBatched.save_policy`` to start from;
     ``train_calls``, how many calls train the table (default 1 without a file, 0 with one),
     each flush of such a call replayed for ``episodes`` Q-learning episodes before it runs

@@ -11,13 +11,22 @@ index array and does the take itself, inside the jitted program::
 
 so the compiler fuses the take into the kernels that read the operand (an elementwise
 consumer loads ``arena[idx[i], j]``, nothing copied); the index array's length is a symbolic
-dim like the batch's, so one compile serves every batch size and every arena size.  A matrix
-product (``x @ W``, BLAS or the generated product) needs its operand contiguous: there the
-compiled program copies the rows itself (one kernel, in the call), which measured at least
-as fast as the host's ``np.take`` at every batch size (benchmarks/RESULTS.md, session 13):
-so every operand that results feed is read through an index array, and ``stats()`` counts
-as gathered (copied) exactly those that the compiled program copies
-(:meth:`BatchedCell.copies`, read off its optimized program).
+dim like the batch's, so one compile serves every batch size and every arena size.
+
+A matrix product (``x @ W``, BLAS or the generated product) needs its operand contiguous,
+so the compiled program would copy the rows first (one kernel in the call).  Measured on a
+quiet 2-core machine, 2 threads (benchmarks/RESULTS.md, session 13), per batched call
+against gathering on the host before it (a slice view where the layout made the rows a run,
+else ``np.take``): the LSTM cell (hidden 128) at 1-64 rows, the host path 0.84-0.97x the
+time; the TreeLSTM cell (hidden 256) at 1-700 rows, 0.92-0.99x with the rows a run, and
+scattered 0.97-0.99x up to 16 rows, 1.01-1.03x at 64-700 (the one case the copy in the
+program wins, by too little to pay for a second compile per cell that choosing per batch
+would need).  So an operand the program would copy is passed plain and gathered on the
+host (``PRODUCT_OPERANDS``); which operands those are, the compiler says: the first batch
+of a kind traces the all-indexed cell and runs the graph pipeline on it (no code generated),
+and the positions whose index array a program that only moves values reads are the copied
+ones (:func:`_copied`).  ``stats()`` counts what is copied: the host's stacks and takes, and
+any copy left in a compiled program.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """``rj.autobatch``'s engine: recording cell calls as nodes (the hook ``Jitted.__call__``
 calls), then, when values are needed, planning the pending nodes (types, the policy's
-batches, the memory layout, arenas) and running the batches (operands gathered or sliced
-from the arenas, the cell vmapped and jitted once per layout).  See ``relaxjax.autobatch``
-for the design and ``relaxjax.autobatch_policy`` for the scheduling.
+batches, the memory layout, the arenas' rows) and running the batches
+(``relaxjax.autobatch_arena``: operands read from the arenas, the cell vmapped and jitted
+once per layout).  See ``relaxjax.autobatch`` for the design and
+``relaxjax.autobatch_policy`` for the scheduling.
 """
 from __future__ import annotations
 

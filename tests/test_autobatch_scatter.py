@@ -352,3 +352,24 @@ def test_results_of_no_dimensions_are_arrays():
     for g, x in zip(got, xs):
         assert type(g) is np.ndarray and g.shape == ()
         assert float(g) == pytest.approx(np.tanh(2 * x).sum(), rel=1e-12)
+
+
+def test_products_operands_copied_by_the_program_when_asked(monkeypatch):
+    """``PRODUCT_OPERANDS = "indexed"`` (the other side of the measured rule): every operand
+    through an index array; the products' ones the compiled program copies, which the
+    accounting finds in the compiled cell and counts as gathered, with their bytes."""
+    import relaxjax.autobatch_arena as arena
+    monkeypatch.setattr(arena, "PRODUCT_OPERANDS", "indexed")
+    rng = np.random.default_rng(15)
+    trees = [full_tree(rng, 2) for _ in range(3)]
+    b = rj.autobatch(encode)
+    for g, t in zip(b(trees), trees):
+        np.testing.assert_allclose(g, encode_numpy(t), rtol=1e-12)
+    s = b.stats()
+    modes = {label.split("(")[0].rsplit(".", 1)[-1]: m for label, _, m, _ in b.batched_cells()}
+    assert modes["pair"][:4] == ("indexed",) * 4
+    pairs = 3 * 3                                         # 2 + 1 pair nodes per tree, 3 trees
+    # copied by the programs: the leaves' e and the pairs' hl, hr; on the host: the leaves' inputs
+    assert s["host_gather_bytes"] == 8 * 3 * 4 * len(trees)
+    assert s["gather_bytes"] - s["host_gather_bytes"] == 8 * 3 * 4 * len(trees) + 8 * H * 2 * pairs
+    assert s["operands_gathered"] == 1 + 2 * 2 and s["operands_indexed"] == 2 * 2
