@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import Counter
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 import numpy as np
 import optree
@@ -21,17 +21,12 @@ from .autobatch_policy import Graph, order_for_layout, schedule_agenda, schedule
 from .jit import _CALL_HOOK, Jitted
 
 
-# (attribute reads in C over a flush's nodes)
-_KIND, _ARGS, _DEPTH, _INS = attrgetter("kind"), attrgetter("args"), attrgetter("depth"), attrgetter("ins")
-
-
 def _split(group: list, idx: list, in_axes) -> dict:
     """The nodes (indices ``idx``, arguments ``group``) grouped by the objects they pass at
     the positions ``in_axes`` passes once (all of them for None), where those differ."""
     first = group[0]
-    # (one object at a position: a single id, counted in C rather than a generator per node)
-    split = [k for k in range(len(first)) if (in_axes is None or in_axes[k] is None)
-             and len(set(map(id, map(itemgetter(k), group)))) > 1]
+    split = [k for k, x0 in enumerate(first) if (in_axes is None or in_axes[k] is None)
+             and not all(a[k] is x0 for a in group)]
     if not split:
         return {(): idx}
     # equal Python scalars are one argument (a position's scalars share a type: the kind's);
@@ -213,16 +208,16 @@ class _Run:
         batch passes one object there.  ``starts``: where each instance's
         nodes begin."""
         by_kind: dict = {}
-        for i, kind in enumerate(map(_KIND, nodes)):
-            g = by_kind.get(kind)
+        for i, n in enumerate(nodes):
+            g = by_kind.get(n.kind)
             if g is None:
-                by_kind[kind] = [i]
+                by_kind[n.kind] = [i]
             else:
                 g.append(i)
         type_of = [0] * len(nodes)
         labels, kinds, axes = [], [], []
         for kind, idx in by_kind.items():
-            group = list(map(_ARGS, map(nodes.__getitem__, idx)))
+            group = [nodes[i].args for i in idx]
             multi = bisect_right(starts, idx[0]) != bisect_right(starts, idx[-1])
             guessed = False
             in_axes = kind.layout                # one node and no layout yet: the cell itself
@@ -299,7 +294,7 @@ class _Run:
     def _plan(self, nodes: list, starts: list | None = None) -> list:
         owner = self.owner
         type_of, labels, kinds, axes = self._types(nodes, starts or [0])
-        g = Graph(type_of, list(map(_DEPTH, nodes)), list(map(_INS, nodes)), labels, 1 + max(k.arity for k in kinds))
+        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels, 1 + max([k.arity for k in kinds]))
         if owner.policy == "depth":
             order = schedule_depth(g)
         elif owner.policy == "agenda":
@@ -315,7 +310,7 @@ class _Run:
         for idx in order:
             t = type_of[idx[0]]
             kind = kinds[t]
-            b = _Batch(kind, list(map(nodes.__getitem__, idx)), axes[t])
+            b = _Batch(kind, [nodes[i] for i in idx], axes[t])
             bases = []
             for sig in kind.out_sigs:
                 if sig is None:
