@@ -125,8 +125,10 @@ class AutoBatched:
             raise RuntimeError("autobatch calls do not nest")
         run = _Run(self)
         _CALL_HOOK.append(run.record)
-        # thousands of small objects (nodes, lazy values: cycles through the run) would
-        # trigger the cyclic collector over the whole heap again and again: it waits
+        # thousands of small objects (nodes, lazy values) would trigger the cyclic collector
+        # over the whole heap again and again: it waits, and the run leaves no cycles behind
+        # (``_Run.release``), so they are freed as the call returns, not left to a collection
+        # that walks them all (2 ms of a 23 ms TreeLSTM pass)
         collecting = gc.isenabled()
         gc.disable()
         s = self._stats
@@ -140,6 +142,7 @@ class AutoBatched:
             out = _results(results)
         finally:
             _CALL_HOOK.clear()
+            run.release()
             if collecting:
                 gc.enable()
         if self._train_calls_left > 0:

@@ -323,3 +323,4 @@ def run_batch(owner, b: _Batch) -> None:
             arena.data[base:base + m] = leaves[k]
             s["arena_bytes"] += m * arena.data.strides[0]
     b.done = True
+    b.nodes = None                            # nodes point at their batch: no cycle left behind

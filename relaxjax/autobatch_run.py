@@ -171,6 +171,12 @@ class _Run:
                 for k, (s, sig) in enumerate(zip(kind.outs, kind.out_sigs))]
         return optree.tree_unflatten(kind.out_tree, outs)
 
+    def release(self) -> None:
+        """The call is over: drop what ties its objects into cycles (the last calls' arguments,
+        which hold lazy values, which hold the run), so reference counting frees them."""
+        self.last.clear()
+        self.pending = []
+
     # ------------------------------------------------------------------------- planning
     def flush(self) -> None:
         """Plan and run every pending node (the batches' own cell calls compute: the

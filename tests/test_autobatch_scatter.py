@@ -373,3 +373,34 @@ def test_products_operands_copied_by_the_program_when_asked(monkeypatch):
     assert s["host_gather_bytes"] == 8 * 3 * 4 * len(trees)
     assert s["gather_bytes"] - s["host_gather_bytes"] == 8 * 3 * 4 * len(trees) + 8 * H * 2 * pairs
     assert s["operands_gathered"] == 1 + 2 * 2 and s["operands_indexed"] == 2 * 2
+
+
+def encode_states(t):
+    """``encode`` without a nested function (whose closure would be a cycle of its own)."""
+    if isinstance(t, tuple):
+        (hl, cl), (hr, cr) = encode_states(t[0]), encode_states(t[1])
+        return pair(hl, cl, hr, cr, WL, WR)
+    h = leaf(t, WE)
+    return h, h
+
+
+def test_a_call_leaves_no_cycles_for_the_collector():
+    """The nodes, lazy values and batches of a call are freed by reference counting when it
+    returns (a collection walking thousands of them cost 2 ms of a 23 ms TreeLSTM pass)."""
+    import gc
+    rng = np.random.default_rng(16)
+    trees = [random_tree(rng, int(n)) for n in rng.integers(1, 15, size=20)]
+    b = rj.autobatch(encode_states)
+    b(trees)                                              # compiles
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        got = b(trees)
+        found = gc.collect()
+    finally:
+        if was:
+            gc.enable()
+    for (g, _), t in zip(got, trees):
+        np.testing.assert_allclose(g, encode_numpy(t), rtol=1e-12)
+    assert found == 0, found                              # the nodes alone number hundreds
