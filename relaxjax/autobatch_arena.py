@@ -36,7 +36,7 @@ import numpy as np
 import optree
 
 from . import numpy as rnp
-from .autobatch_lazy import Lazy, _Batch
+from .autobatch_lazy import Lazy, _Batch, _Kind
 from .backends import get_backend
 from .compile import default_pipeline
 from .compile.passes import run_pipeline
@@ -50,6 +50,7 @@ PLAIN, INDEXED = "plain", "indexed"      # how a batched argument reaches the ba
 # "plain", gathered on the host (a view where the layout made its rows a run), or
 # "indexed", copied by the program (see the module's docstring for the measurement)
 PRODUCT_OPERANDS = "plain"
+_COUNTS = ("host_gather_bytes", "gather_bytes", "operands_sliced", "operands_gathered")
 
 
 class Arena:
@@ -235,7 +236,7 @@ def _stacked(xs: list) -> np.ndarray:
     return np.array(xs)
 
 
-def _operands(cell: BatchedCell, nodes: list, first: tuple, in_axes: tuple, s: dict):
+def _operands(cell: BatchedCell, nodes: list, first: tuple, s: dict):
     """The batched cell's arguments for ``nodes`` and the indexed positions (with their
     row bytes), host copies counted in ``s``."""
     args, indexed = [], []
@@ -255,7 +256,7 @@ def _operands(cell: BatchedCell, nodes: list, first: tuple, in_axes: tuple, s: d
     return args, indexed
 
 
-def _new_cell(kind, in_axes: tuple, scatter: bool, nodes: list) -> BatchedCell:
+def _new_cell(kind: _Kind, in_axes: tuple, scatter: bool, nodes: list) -> BatchedCell:
     """A kind's batched cell for ``in_axes``: every batched argument plain (``scatter``
     off), else indexed except those the program would copy anyway (a product's operands,
     gemm reading a contiguous array): asked of the compiler on the first batch's arguments
@@ -269,7 +270,7 @@ def _new_cell(kind, in_axes: tuple, scatter: bool, nodes: list) -> BatchedCell:
     trial = BatchedCell(kind.cell, kind.tree, in_axes, tuple(modes))
     if not scatter or PRODUCT_OPERANDS == "indexed":
         return trial
-    args, _ = _operands(trial, nodes, nodes[0].args, in_axes, dict.fromkeys(_COUNTS, 0))
+    args, _ = _operands(trial, nodes, nodes[0].args, dict.fromkeys(_COUNTS, 0))    # (not counted)
     backend = get_backend(kind.cell.backend)      # the pipeline jit runs for this backend
     pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True),
                                 pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False))
@@ -282,12 +283,10 @@ def _new_cell(kind, in_axes: tuple, scatter: bool, nodes: list) -> BatchedCell:
     return BatchedCell(kind.cell, kind.tree, in_axes, tuple(modes))
 
 
-_COUNTS = ("host_gather_bytes", "gather_bytes", "operands_sliced", "operands_gathered")
-
-
-def run_batch(owner, b: _Batch) -> None:
-    """Run one planned batch: its operands from the arenas, the batched cell (or the cell
-    itself when every node passes the same arguments), the results into the arenas."""
+def run_batch(owner: object, b: _Batch) -> None:
+    """Run one planned batch of ``owner`` (the ``AutoBatched``: its batched cells, options
+    and stats): its operands from the arenas, the batched cell (or the cell itself when
+    every node passes the same arguments), the results into the arenas."""
     kind, nodes, in_axes = b.kind, b.nodes, b.in_axes
     s = owner._stats
     first = nodes[0].args
@@ -305,7 +304,7 @@ def run_batch(owner, b: _Batch) -> None:
         cell = cells.get((kind, in_axes))
         if cell is None:
             cell = cells[kind, in_axes] = _new_cell(kind, in_axes, owner.scatter, nodes)
-        args, indexed = _operands(cell, nodes, first, in_axes, s)
+        args, indexed = _operands(cell, nodes, first, s)
         out = cell.jitted(*args)
         if cell.copies is None:
             cell.find_copies()

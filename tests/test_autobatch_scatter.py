@@ -105,6 +105,15 @@ def batched(fn, policy: str, scatter: bool) -> rj.AutoBatched:
 sizes = st.one_of(st.sampled_from(PRIMES), st.integers(1, 14))
 
 
+def assert_one_compile_per_layout(b: rj.AutoBatched) -> None:
+    """Each batched cell (one per cell and argument layout) compiled once, whatever the
+    batch sizes and instance counts so far.  (A cell can get a second layout: sequences that
+    all have one step pass the first state once, longer ones batch it.)"""
+    cells = b.batched_cells()
+    assert all(f.cache_info().compiles == 1 for _, _, _, f in cells), [f.cache_info() for *_, f in cells]
+    assert b.stats()["compiles"] == len(cells)
+
+
 @given(counts=st.lists(sizes, min_size=1, max_size=13), policy=st.sampled_from(POLICIES), scatter=st.booleans(),
        seed=st.integers(0, 2 ** 16))
 @settings(max_examples=25, deadline=None)
@@ -114,7 +123,7 @@ def test_trees_match_per_instance(counts, policy, scatter, seed):
     b = batched(encode, policy, scatter)
     for got, t in zip(b(trees), trees):
         np.testing.assert_allclose(got, encode_numpy(t), rtol=1e-12, atol=1e-13)
-    assert b.stats()["compiles"] <= 2
+    assert_one_compile_per_layout(b)
 
 
 @given(lengths=st.lists(sizes, min_size=1, max_size=13), policy=st.sampled_from(POLICIES), scatter=st.booleans(),
@@ -126,7 +135,7 @@ def test_sequences_match_per_instance(lengths, policy, scatter, seed):
     b = batched(chain, policy, scatter)
     for got, s in zip(b(seqs), seqs):
         np.testing.assert_allclose(got, chain_numpy(s), rtol=1e-12, atol=1e-13)
-    assert b.stats()["compiles"] <= 1
+    assert_one_compile_per_layout(b)
 
 
 def test_one_compile_per_cell_whatever_the_instance_count():
