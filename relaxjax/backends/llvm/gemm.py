@@ -81,8 +81,10 @@ def blocking(dtype_char: str, vector_bits: int, mr: int | None = None) -> Blocki
 
 def row_tiles(vector_bits: int) -> tuple:
     """The micro-tile heights of one vector width, tallest (the default) first: a product
-    of a few rows runs the one that pads its rows least (``gemm_text``'s entry) — with 12-row
-    tiles, two rows would spend five sixths of the multiply-adds on padding."""
+    of a few rows runs the one of least cost, padded rows plus ``TILE_PASS_ROWS`` per tile
+    down its rows (``gemm_text``'s entry) — with 12-row tiles, two rows would spend five
+    sixths of the multiply-adds on padding; with 2-row tiles, five rows would read B three
+    times."""
     return (12, 8, 4, 2) if vector_bits >= 512 else (6, 4, 2)
 
 
@@ -476,6 +478,11 @@ _TYPES = ("i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", 
 # products of fewer rows than this may run a shorter micro-tile than the default
 # (``row_tiles``); taller ones keep the tile the measured rule was made with
 SHORT_TILE_ROWS = 48
+# what one more tile down C's rows costs, in rows of multiply-adds (one more pass over B's
+# panels), measured on 256 x 1280 float32 products of 2-47 rows (AVX-512, 2 threads): 32 rows
+# run 8 % faster in four 8-row tiles than in three 12-row ones (so below 4), 5 rows 2-3x
+# faster in one 8-row tile than in three 2-row ones (so above 1)
+TILE_PASS_ROWS = 2
 
 
 def _worker(b: Blocking, name: str, work: str, blk: str) -> str:
@@ -611,18 +618,20 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     flops = fn.value(f"mul nsw i64 {mn}, %K")
     big = fn.value(f"icmp sge i64 {flops}, {PARALLEL_MIN_FLOPS}")
     par, threads = team_wanted(fn, big, now)
-    # the worker of the micro-tile that pads C's rows least (the tallest of equals), for
-    # products of a few rows; the default tile's otherwise
-    (_, work), padded = workers[0], None
+    # products of a few rows: the worker of the micro-tile of least cost, TILE_PASS_ROWS
+    # padded rows per tile down C's rows (each tile row streams all of B's panels: 5 rows in
+    # 2-row tiles read B three times, 2-3x slower than one 8-row tile) plus the rows
+    # computed; the default tile's otherwise
+    (_, work), best = workers[0], None
     work = "@" + work
     short = fn.value(f"icmp slt i64 %M, {SHORT_TILE_ROWS}")
     for mr, other in workers:
-        rows = fn.value(f"mul nsw i64 {_ceil_div(fn, '%M', mr)}, {mr}")
-        if padded is not None:
-            better = fn.value(f"and i1 {short}, {fn.value(f'icmp slt i64 {rows}, {padded}')}")
+        cost = fn.value(f"mul nsw i64 {_ceil_div(fn, '%M', mr)}, {mr + TILE_PASS_ROWS}")
+        if best is not None:
+            better = fn.value(f"and i1 {short}, {fn.value(f'icmp slt i64 {cost}, {best}')}")
             work = fn.value(f"select i1 {better}, ptr @{other}, ptr {work}")
-            rows = fn.value(f"select i1 {better}, i64 {rows}, i64 {padded}")
-        padded = rows
+            cost = fn.value(f"select i1 {better}, i64 {cost}, i64 {best}")
+        best = cost
     fn.emit(f"br i1 {par}, label %team, label %alone")
     fn.start_block("team")
     fn.emit(f"call void @GOMP_parallel(ptr {work}, ptr {ctx}, i32 {threads}, i32 0)")
