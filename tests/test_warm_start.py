@@ -291,14 +291,26 @@ def test_settings_that_skip_stored_executables(cache_dir, monkeypatch, setting):
     assert entries(cache_dir, "executable") == [p] and not entries(cache_dir, "lowered")
 
 
-def test_in_memory_code_is_not_stored(cache_dir):
-    """Segments calling native library functions by process address (LAPACK here) compile in
-    memory: no executable entry, the lowered module is stored instead."""
+def test_native_library_calls_are_stored_and_loaded(cache_dir):
+    """Segments call native library functions (LAPACK here) through pointers their module
+    holds, set at load: the executable is stored like any other, and one loaded from its
+    entry calls the function (the pointer set again in the loading process); a stored
+    executable whose library function was registered again since is refused (rebuilt)."""
     inv = rj.jit(lambda a: rnp.linalg.inv(a) + 1.0)
     a = np.eye(3) * 2.0
     np.testing.assert_allclose(inv(a), np.linalg.inv(a) + 1.0)
-    assert stored.dump(inv.lower(a).compile()._entry.executable) is None
-    assert not entries(cache_dir, "executable") and len(entries(cache_dir, "lowered")) == 1
+    exe = inv.lower(a).compile()._entry.executable
+    data = stored.dump(exe)
+    assert data is not None and exe.natives and len(entries(cache_dir, "executable")) == 1
+    loaded = stored.load(type(exe), data)
+    b = np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 2.0]])
+    out = loaded({d.name: 3 for d in loaded.fn.dim_vars}, [b])      # every dim is 3 here
+    np.testing.assert_allclose(out[0], np.linalg.inv(b) + 1.0, rtol=1e-12)
+    state = pickle.loads(data)
+    (sym, name), = state["natives"].items()
+    state["natives"] = {sym.rsplit(".v", 1)[0] + ".v999": name}     # made for another registration
+    with pytest.raises(ValueError, match="registered otherwise"):
+        stored.load(type(exe), pickle.dumps(state))
 
 
 def test_shared_library_is_shared_between_loaded_executables(cache_dir):

@@ -351,6 +351,24 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def set_native_pointers(module, natives: dict) -> None:
+    """Point each of ``module``'s library pointers (``natives``: its global -> the library
+    function's registered name) at the function's native implementation, compiled or
+    loaded here if need be.  Raises ValueError when a name no longer has the registration
+    the global was made for (its version is part of the global's name)."""
+    from ...library import lookup
+    for sym, name in natives.items():
+        impl = lookup(name)
+        if not sym.endswith(f".v{impl.version}"):
+            raise ValueError(f"library function {name!r} is registered otherwise than when {sym} was made")
+        addr = impl.cpu_native
+        if addr is None:
+            raise ValueError(f"library function {name!r} has no native cpu implementation any more")
+        where = module.engine.get_global_value_address(sym) if isinstance(module, CompiledModule) \
+            else module.address(sym)
+        ctypes.c_void_p.from_address(where).value = addr
+
+
 def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bool = False):
     """Compile once per distinct module text in this process: in memory with MCJIT, or
     (``native``) as a shared library through the persistent cache, whose symbols later

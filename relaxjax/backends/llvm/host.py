@@ -126,7 +126,7 @@ class SegmentEmitter(KernelEmitter):
         self.kernel_numbers = kernel_numbers or {}
         self.math_used, self.helpers_used = set(), set()
         self.locals = {}
-        self.natives: dict = {}         # LLVM symbol -> address of a native library function
+        self.natives: dict = {}         # LLVM global (a pointer) -> the native library function it holds
         self.checked = False            # whether it checks gather indices (a status to read)
 
     def emit(self) -> str:
@@ -275,11 +275,12 @@ class SegmentEmitter(KernelEmitter):
         from ...library import lookup
         fn = self.fn
         impl = lookup(b.callee.name)
-        addr = impl.cpu_native
         sym = "rjlib." + "".join(c if c.isalnum() or c in "._" else "_" for c in impl.name) + \
             f".v{impl.version}"
-        self.natives[sym] = addr
-        self.helpers_used.add(f"declare i32 @\"{sym}\"(ptr, ptr, ptr, i64)")
+        # called through a pointer the module holds, set when it loads (``natives``): the
+        # code names no process address, so the module is stored and loaded like any other
+        self.natives[sym] = impl.name
+        self.helpers_used.add(f"@\"{sym}\" = global ptr null")
         values = list(b.args) + list(b.outvars)
         n = len(values)
         dims = [d for v in values for d in v.type.shape]
@@ -296,7 +297,8 @@ class SegmentEmitter(KernelEmitter):
         for i, d in enumerate(dims):
             p = fn.val("ptr", f"getelementptr i64, ptr {shapes}, i64 {i}")
             fn.emit(f"store i64 {self._expr(from_sympy(d))}, ptr {p}")
-        st = fn.val("i32", f"call i32 @\"{sym}\"(ptr {data}, ptr {shapes}, ptr {ndims}, i64 {n})")
+        callee = fn.val("ptr", f"load ptr, ptr @\"{sym}\"")
+        st = fn.val("i32", f"call i32 {callee}(ptr {data}, ptr {shapes}, ptr {ndims}, i64 {n})")
         bad = fn.val("i1", f"icmp ne i32 {st}, 0")
         fail, ok = fn.label("libfail"), fn.label("libok")
         fn.emit(f"br i1 {bad}, label %{fail}, label %{ok}")

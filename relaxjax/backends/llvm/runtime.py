@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import threading
 
-import llvmlite.binding as llvm
 import numpy as np
 
 from ...errors import ShapeError
@@ -20,7 +19,7 @@ from ..executable import Executable
 from . import runner_memory, stored
 from .buffer_pool import POOL
 from .engine import (_NATIVE_FAILED, compile_llvm, generated_products, kernel_code, log,
-                     module_with_kernels, native_code, prepare_process)
+                     module_with_kernels, native_code, prepare_process, set_native_pointers)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
 from ...tir.analysis import inplace_input
@@ -166,12 +165,9 @@ class LLVMExecutable(Executable):
     def _emit(self) -> str:
         """Emit the module and compile it: in memory (MCJIT), or with ``self.native`` as a
         shared library through the persistent cache.  Returns its text, for inspection."""
-        text, self.fallible, natives = self._module_text()
-        for sym, addr in natives.items():
-            llvm.add_symbol(sym, addr)
-        # native library functions are process addresses: such segments stay in memory (MCJIT)
-        self.segment_module = compile_llvm(text, [s.name for s in self.segments],
-                                           self.native and not natives)
+        text, self.fallible, self.natives = self._module_text()
+        self.segment_module = compile_llvm(text, [s.name for s in self.segments], self.native)
+        set_native_pointers(self.segment_module, self.natives)
         return text
 
     # -- running ---------------------------------------------------------------------------

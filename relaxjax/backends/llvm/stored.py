@@ -18,12 +18,12 @@ import pickle
 
 from ...ir import regions
 from . import runner_memory
-from .engine import SharedModule, load_shared, machine_code_key, native_code, prepare_process
+from .engine import SharedModule, load_shared, machine_code_key, native_code, prepare_process, set_native_pointers
 from .host import HostOp, Segment, python_library
 from .native_loop import LLVMControlFlow
 
 # Bump when the payload's layout changes (part of the key, so an old payload is never read)
-FORMAT = 3
+FORMAT = 4
 
 
 def cache_key() -> tuple | None:
@@ -78,7 +78,7 @@ def _state(exe) -> dict | None:
             "python_libraries": _python_libraries(exe),
             "slot_of": exe.slot_of, "consts": exe.consts, "steps": exe.steps,
             "dim_names": exe.dim_names, "fallible": exe.fallible,
-            "library": (lib.digest, lib.data, [s.name for s in exe.segments]),
+            "library": (lib.digest, lib.data, [s.name for s in exe.segments]), "natives": exe.natives,
             "control": control, "pooling": exe.pooling, "python_source": exe.python_source,
             "runner_code": marshal.dumps(exe._runner_code), "runner_data": exe._runner_data}
 
@@ -101,6 +101,8 @@ def _restore(cls, state: dict):
     exe.dim_slot = {n: k for k, n in enumerate(exe.dim_names)}
     exe.native, exe.fallible, exe._llvm_ir = True, state["fallible"], None
     exe.segment_module = load_shared(*state["library"])
+    exe.natives = state["natives"]
+    set_native_pointers(exe.segment_module, exe.natives)      # (ValueError: rebuilt instead)
     exe.control = {}
     for b, inner in state["control"]:
         by_region = {id(r): s for r, s in zip(regions(b), inner)}
