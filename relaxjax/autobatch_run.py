@@ -98,6 +98,8 @@ class _Run:
             else:
                 kind = cached[0]
         if kind is None:
+            # (the loop above, with the signature built: kept apart and inline, as this runs
+            # once per cell call and a helper call per argument costs more than it saves)
             sig = []
             depth, ins, k = 0, (), 0
             for x in args:

@@ -194,6 +194,18 @@ def test_gather_bytes_are_what_is_copied_on_a_chain():
     assert t["gather_bytes"] == 8 * H * (nodes + len(lengths))
 
 
+def _stats_scattered_and_not(trees) -> tuple:
+    """``b.stats()`` of the tree encoder batched with scattered operands and with host
+    gathers, each checked against the per-instance float64 oracle."""
+    stats = {}
+    for scatter in (True, False):
+        b = rj.autobatch(encode, scatter=scatter)
+        for g, t in zip(b(trees), trees):
+            np.testing.assert_allclose(g, encode_numpy(t), rtol=1e-12)
+        stats[scatter] = b.stats()
+    return stats[True], stats[False]
+
+
 def test_full_trees_copy_only_the_leaves_inputs():
     """Full trees, depth policy, the layout: the children's states feeding the products are
     slices of the arena, the cell states are read through index arrays; only the leaves'
@@ -201,13 +213,7 @@ def test_full_trees_copy_only_the_leaves_inputs():
     (all slices) but reads cl and cr as slices too."""
     rng = np.random.default_rng(11)
     trees = [full_tree(rng, 3) for _ in range(5)]
-    stats = {}
-    for scatter in (True, False):
-        b = rj.autobatch(encode, scatter=scatter)
-        for g, t in zip(b(trees), trees):
-            np.testing.assert_allclose(g, encode_numpy(t), rtol=1e-12)
-        stats[scatter] = b.stats()
-    s, t = stats[True], stats[False]
+    s, t = _stats_scattered_and_not(trees)
     assert s["batches"] == t["batches"] == 4
     assert s["gather_bytes"] == t["gather_bytes"] == 8 * 3 * 8 * len(trees)
     assert s["operands_sliced"] == 2 * 3 and s["operands_indexed"] == 2 * 3 and s["operands_gathered"] == 1
@@ -219,13 +225,7 @@ def test_random_trees_copy_less_than_host_gathers():
     the cell states read elementwise are not copied any more."""
     rng = np.random.default_rng(12)
     trees = [random_tree(rng, int(n)) for n in rng.integers(1, 20, size=23)]
-    stats = {}
-    for scatter in (True, False):
-        b = rj.autobatch(encode, scatter=scatter)
-        for g, t in zip(b(trees), trees):
-            np.testing.assert_allclose(g, encode_numpy(t), rtol=1e-12)
-        stats[scatter] = b.stats()
-    s, t = stats[True], stats[False]
+    s, t = _stats_scattered_and_not(trees)
     pair_batches = s["batches"] - 1                       # depth: one leaf batch, the rest pairs
     assert s["operands_indexed"] == 2 * pair_batches
     assert s["operands_sliced"] + s["operands_gathered"] == 2 * pair_batches + 1
