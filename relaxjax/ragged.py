@@ -357,6 +357,11 @@ def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArr
     if len(query.inner_shape) != 2 or len(key.inner_shape) != 2 or len(value.inner_shape) != 2:
         raise ValueError(f"ragged dot_product_attention: inner shapes (heads, head_dim) expected, got "
                          f"{query.inner_shape}, {key.inner_shape}, {value.inner_shape}")
-    out = nn.dot_product_attention_varlen(query.values, key.values, value.values, query.offsets,
-                                          scale=scale, is_causal=is_causal)
-    return query.with_values(out)
+    # the kernels take float32 and float64: float16 runs in float32 and comes back float16,
+    # integers and bools in float64 (NumPy's exp would make them float64)
+    dtype = np.dtype(rnp.result_type(query.values, key.values, value.values))
+    work = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float32 if dtype == np.float16 else np.float64)
+    q, k, v = (t.values if np.dtype(rnp.result_type(t.values)) == work else rnp.asarray(t.values).astype(work)
+               for t in (query, key, value))
+    out = nn.dot_product_attention_varlen(q, k, v, query.offsets, scale=scale, is_causal=is_causal)
+    return query.with_values(out.astype(dtype) if dtype == np.float16 else out)

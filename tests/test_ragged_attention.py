@@ -228,3 +228,24 @@ def test_cuda_variants_compile_with_nvrtc():
     assert nvrtc_errors(module_source(kernels), "attention_varlen.cu") is None
     with pytest.raises(ValueError, match="takes no key or query lengths"):
         attention_kernel("float32", 64, 64, 256, False, 1, varlen=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float16_and_integer_inputs(backend):
+    """The kernels take float32/float64: float16 inputs run in float32 and come back float16;
+    integer inputs run in float64 (NumPy's promotion of exp), as the oracle does."""
+    rng = np.random.default_rng(5)
+    lengths = [3, 0, 7, 1]
+    q, k, v = packed(rng, lengths, (2, 1), 8, 8)
+    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True), backend=backend)
+    half = [ragged.from_lengths(t.values.astype(np.float16), lengths) for t in (q, k, v)]
+    got = f(*half).values
+    assert got.dtype == np.float16
+    want = per_sequence(*(t.values.astype(np.float16).astype(np.float64) for t in (q, k, v)), lengths,
+                        1 / np.sqrt(8), True)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    ints = [ragged.from_lengths(np.round(t.values * 2).astype(np.int32), lengths) for t in (q, k, v)]
+    got = f(*ints).values
+    assert got.dtype == np.float64
+    want = per_sequence(*(t.values.astype(np.float64) for t in ints), lengths, 1 / np.sqrt(8), True)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
