@@ -112,3 +112,18 @@ def assert_compiles_once(fn, row_len, sizes=(2, 3, 5, 17, 64, 257), **tol):
         x = rng.standard_normal((n, row_len))
         assert_same(f(x), fn(x), **tol)
     assert f.cache_info().compiles == 1
+
+
+# chunk sizes a Dask grid is cut into: 1, primes, and a remainder
+CHUNK_SIZES = st.sampled_from([1, 2, 3, 5, 7, 11, 13])
+
+
+@st.composite
+def ragged_chunks(draw, size: int, most: int = 5) -> tuple:
+    """Chunk sizes covering ``size``: up to ``most`` drawn ones, then what is left (ragged)."""
+    out = []
+    for c in draw(st.lists(CHUNK_SIZES, max_size=most)):
+        if sum(out) + c >= size:
+            break
+        out.append(c)
+    return tuple(out) + (size - sum(out),)

@@ -15,23 +15,17 @@ import relaxjax.nn as nn
 import relaxjax.numpy as rnp
 
 from helpers import BACKENDS
+from test_attention import reference
 
 
 def _reference(q, k, v, lengths, scale, causal=False):
+    """Batch b attends to its first lengths[b] keys (clamped to [0, S]; none: zeros)."""
     B, T, N, H = q.shape
-    S, K = k.shape[1], k.shape[2]
     out = np.zeros((B, T, N, v.shape[-1]))
     for b in range(B):
-        n_keys = int(np.clip(lengths[b], 0, S))
-        if n_keys == 0:
-            continue
-        kb = np.repeat(k[b, :n_keys], N // K, axis=1)
-        vb = np.repeat(v[b, :n_keys], N // K, axis=1)
-        s = np.einsum("tnh,snh->nts", q[b], kb) * scale
-        if causal:
-            s = np.where(np.arange(n_keys)[None, None, :] <= np.arange(T)[None, :, None], s, -np.inf)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        out[b] = np.einsum("nts,snh->tnh", p / p.sum(-1, keepdims=True), vb)
+        n_keys = int(np.clip(lengths[b], 0, k.shape[1]))
+        if n_keys:
+            out[b] = reference(q[b], k[b, :n_keys], v[b, :n_keys], scale=scale, is_causal=causal)
     return out
 
 

@@ -40,14 +40,18 @@ def pair(hl, cl, hr, cr, wl, wr):
     return rnp.tanh(g), 0.5 * (cl + cr) + g
 
 
+def encode_states(t):
+    """(h, c) of a tree, recursing at module level (a nested function's closure would be a
+    reference cycle of its own: the cycle test below counts them)."""
+    if isinstance(t, tuple):
+        (hl, cl), (hr, cr) = encode_states(t[0]), encode_states(t[1])
+        return pair(hl, cl, hr, cr, WL, WR)
+    h = leaf(t, WE)
+    return h, h
+
+
 def encode(tree):
-    def go(t):
-        if isinstance(t, tuple):
-            (hl, cl), (hr, cr) = go(t[0]), go(t[1])
-            return pair(hl, cl, hr, cr, WL, WR)
-        h = leaf(t, WE)
-        return h, h
-    return go(tree)[0]
+    return encode_states(tree)[0]
 
 
 def encode_numpy(tree):
@@ -382,15 +386,6 @@ def test_products_operands_copied_by_the_program_when_asked(monkeypatch):
     assert s["host_gather_bytes"] == 8 * 3 * 4 * len(trees)
     assert s["gather_bytes"] - s["host_gather_bytes"] == 8 * 3 * 4 * len(trees) + 8 * H * 2 * pairs
     assert s["operands_gathered"] == 1 + 2 * 2 and s["operands_indexed"] == 2 * 2
-
-
-def encode_states(t):
-    """``encode`` without a nested function (whose closure would be a cycle of its own)."""
-    if isinstance(t, tuple):
-        (hl, cl), (hr, cr) = encode_states(t[0]), encode_states(t[1])
-        return pair(hl, cl, hr, cr, WL, WR)
-    h = leaf(t, WE)
-    return h, h
 
 
 def test_a_call_leaves_no_cycles_for_the_collector():

@@ -24,6 +24,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
+from helpers import ragged_chunks
 
 dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
@@ -82,19 +83,6 @@ def test_jitted_functions_pickle_as_function_and_options():
 
 # -- relaxjax.dask: stencils, reductions, threads, compile counts (threaded scheduler) -----
 ROOT = Path(__file__).resolve().parents[1]
-# chunk sizes a grid is cut into: 1, primes, and a remainder
-CHUNK_SIZES = st.sampled_from([1, 2, 3, 5, 7, 11, 13])
-
-
-@st.composite
-def ragged_chunks(draw, size: int) -> tuple:
-    """Chunk sizes covering ``size``: a few drawn ones, then what is left (ragged)."""
-    out = []
-    for c in draw(st.lists(CHUNK_SIZES, max_size=5)):
-        if sum(out) + c >= size:
-            break
-        out.append(c)
-    return tuple(out) + (size - sum(out),)
 
 
 def _cross(u):
