@@ -247,12 +247,13 @@ def _fast_key(args: tuple) -> tuple:
         key = ()
     if len(key) == len(args):
         return key, args
-    if key or args:                 # device arrays (CuPy's) among NumPy arrays: keyed apart
+    leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
+    if not all([type(a) is np.ndarray or isinstance(a, np.generic) for a in leaves]):
+        # device arrays (CuPy's), alone or among NumPy arrays, as flat arguments: keyed apart
+        # (checked only here, off the pytree path's way)
         on_gpu = [on_device(a) for a in args]
         if any(on_gpu) and len(key) + sum(on_gpu) == len(args):
             return tuple([(a.dtype, a.ndim, g) for a, g in zip(args, on_gpu)]), args
-    leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
-    if not all([type(a) is np.ndarray or isinstance(a, np.generic) for a in leaves]):
         return None, None
     leaves = [a if type(a) is np.ndarray else np.asarray(a) for a in leaves]   # NumPy scalars: 0-d
     return (tree, tuple([(a.dtype, a.ndim) for a in leaves])), leaves

@@ -375,7 +375,9 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
         return True
     dtype = np.dtype(q.dtype).name
     itemsize = np.dtype(dtype).itemsize
-    threads, P = schedule(device, B, T, S, N, lambda n: key_tile(itemsize, n // GROUP, H, Hv))
+    def bk_of(threads: int) -> int | None:
+        return key_tile(itemsize, threads // GROUP, H, Hv)
+    threads, P = schedule(device, B, T, S, N, bk_of)
     if parts is not None:
         P = parts
     if S == 0:
@@ -384,7 +386,7 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
     kernel = attention_kernel(dtype, H, Hv, threads, causal, lengths)
     if kernel is None:
         return False
-    bk = key_tile(itemsize, threads // GROUP, H, Hv)
+    bk = bk_of(threads)
     chunk = -(-S // P // bk) * bk if P > 1 else max(S, 1)
     P = max(1, -(-S // chunk)) if P > 1 else 1
     kl = klen if klen is not None else scale
@@ -406,7 +408,6 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
     device.launch(fns[comb.name], min(-(-elems // tpb), device.max_blocks), tpb, [ws_m, ws_l, ws_acc, ql, out],
                   [B, T, N, P])
     return True
-
 
 
 def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = False) -> bool:
@@ -437,21 +438,27 @@ def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = 
                   [B, T, N, K])
     return True
 
+
+# the references (the scores formed per head) where the head sizes do not fit the kernels,
+# on CuPy's arrays on a GPU and NumPy's on the emulator: one closure per variant
+_reference = functools.lru_cache(maxsize=None)(attention_reference)
+_varlen_reference = functools.lru_cache(maxsize=None)(attention_varlen_reference)
+
+
+def _xp(device) -> str:
+    return "cupy" if device.name == "cuda" else "numpy"
+
+
 def _device_impl(causal: bool, lengths: int):
     """The library implementation: ``run(device, q, k, v, scale, [lengths...], out)`` on the
     GPU's or the emulator's arrays (``device_kernel``: the CUDA backend passes its device);
     the reference where the head sizes do not fit the kernel."""
-    references = {}
-
     def run(device, q, k, v, scale, *rest):
         q, k, v = (device.asarray(x) for x in (q, k, v))            # contiguous (no copy when so)
         klen = rest[0] if lengths else None
         qlen = rest[1] if lengths == 2 else None
         if not flash_attention(device, q, k, v, scale, rest[-1], causal, klen, qlen):
-            xp = "cupy" if device.name == "cuda" else "numpy"
-            if xp not in references:
-                references[xp] = attention_reference(xp, causal, lengths)
-            references[xp](q, k, v, scale, *rest)
+            _reference(_xp(device), causal, lengths)(q, k, v, scale, *rest)
     run.device_kernel = True
     return run
 
@@ -465,15 +472,10 @@ float32_qlengths = float64_qlengths = _device_impl(False, 2)
 
 def _varlen_impl(causal: bool):
     """The packed (varlen) library implementation, a device kernel as ``_device_impl``'s."""
-    references = {}
-
     def run(device, q, k, v, scale, offsets, out):
         q, k, v, offsets = (device.asarray(x) for x in (q, k, v, offsets))
         if not flash_attention_varlen(device, q, k, v, scale, offsets, out, causal):
-            xp = "cupy" if device.name == "cuda" else "numpy"
-            if xp not in references:
-                references[xp] = attention_varlen_reference(xp, causal)
-            references[xp](q, k, v, scale, offsets, out)
+            _varlen_reference(_xp(device), causal)(q, k, v, scale, offsets, out)
     run.device_kernel = True
     return run
 

@@ -9,6 +9,7 @@ configuration, memory plan, library calls — on machines without a GPU.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import subprocess
@@ -87,9 +88,10 @@ class CupyDevice:
                         self._functions[ph.name] = mod.get_function(ph.name)
             return {ph.name: self._functions[ph.name] for k in kernels for ph in k.phases}
 
-    def _cubin(self, source: str) -> bytes:
+    @functools.cached_property
+    def _nvrtc_target(self) -> tuple:
+        """(NVRTC's options for this GPU, NVRTC's version): once per device."""
         from cupy_backends.cuda.libs import nvrtc
-        version = nvrtc.getVersion()
         arch = self.arch
         try:                                    # a GPU newer than this NVRTC: its newest
             supported = nvrtc.getSupportedArchs()
@@ -97,7 +99,11 @@ class CupyDevice:
                 arch = f"sm_{max(a for a in supported if a <= int(arch[3:]))}"
         except RuntimeError:
             pass
-        options = NVRTC_OPTIONS + (f"--gpu-architecture={arch}",)
+        return NVRTC_OPTIONS + (f"--gpu-architecture={arch}",), nvrtc.getVersion()
+
+    def _cubin(self, source: str) -> bytes:
+        from cupy_backends.cuda.libs import nvrtc
+        options, version = self._nvrtc_target
         parts = (source, options, version)
         data = cache.get("cuda", parts)
         if data is not None:

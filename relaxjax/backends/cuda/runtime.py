@@ -240,16 +240,17 @@ class CudaExecutable(Executable):
         blocks: dict = {}
         for step in self.steps:
             step(D, env, blocks)
+        # NumPy arguments (backend="cuda" named): NumPy results, as the caller's code expects
+        # of what it passed; device arguments keep every result on the device, constants too
+        dev = self.device
+        to_host = bool(arrays) and not any(dev.is_array(a) for a in arrays)
         out = []
         for r in self.fn.results:
             if isinstance(r, Var):
-                out.append(env[r])
-            else:                       # every result on the device, constants too
-                out.append(self.device.asarray(literal_value(r, D)))
-        if arrays and not any(self.device.is_array(a) for a in arrays):
-            # NumPy arguments (backend="cuda" named): NumPy results, as the caller's code
-            # expects of what it passed; device arguments keep their results on the device
-            out = [self.device.to_host(o) for o in out]
+                out.append(dev.to_host(env[r]) if to_host else env[r])
+            else:
+                v = literal_value(r, D)
+                out.append(v if to_host else dev.asarray(v))
         return out
 
     def text_stages(self) -> dict:
