@@ -23,10 +23,11 @@ jax: its jitted function's cache size, one per distinct block shape).  The first
 returns the whole plate, checked against NumPy on the whole grid (float64); the timed runs
 compute its sum.  The chunk functions live in this module, which workers import (not in
 ``__main__``), so each worker process holds one jax.jit function, as it holds one relaxjax
-Jitted.  Dask's own work is part of every time: at the default size the graph has about 300
-tasks for 9 blocks (periodic halos are slices and concatenations), which cost about 0.03 s
-per run on the threaded scheduler and 0.2 s on a LocalCluster on 2 cores (measured with an
-identity chunk function), so the cluster's speedup needs more work per block (``--steps``).
+Jitted.  Dask's own work is part of every time: NumPy's and jax's ``da.map_overlap`` builds
+about 300 tasks for 9 blocks (periodic halos are slices and concatenations), relaxjax's
+``map_overlap`` one per block (it reads the neighbouring blocks whole where the halo is as
+deep as a chunk is long: ``relaxjax/dask_halo.py``) plus the sum's; on a LocalCluster on 2
+cores each task costs the scheduler about a millisecond of serial work.
 
     python benchmarks/dask_scaling.py                  # n 1900, chunks of 800, 96 steps, 3 repeats (2-3 min)
     python benchmarks/dask_scaling.py --quick          # n 400, chunks of 120, a minute or less

@@ -8,10 +8,11 @@ module adds:
 
 - :func:`chunk_function`: a jitted function as Dask should call it on chunks: its kernels on
   one thread each (below), Dask's zero-size ``meta`` probe answered by tracing alone;
-- :func:`map_overlap`: a stencil on halo-extended chunks (``dask.array.overlap`` underneath).
+- :func:`map_overlap`: a stencil on halo-extended chunks (Dask's ``overlap`` semantics, two
+  tasks per chunk: ``dask_halo.py``).
   Every chunk, halo included, has its own shape (edge chunks, ragged grids, a boundary of
   ``"none"``), and the jitted function compiles once for all of them.  The function may
-  return the block it was given (``result="extended"``, Dask trims the halo) or only its
+  return the block it was given (``result="extended"``, the halo is trimmed) or only its
   interior (``result="interior"``, the natural shape of ``u[1:-1] + u[2:] + ...``), which
   Dask's ``map_overlap`` cannot take without being told every output chunk;
 - :func:`reduction`: ``da.reduction`` with jitted chunk, combine and aggregate steps, their
@@ -46,9 +47,10 @@ import numpy as np
 import optree
 
 import dask.array as da
-from dask.array.overlap import coerce_boundary, coerce_depth, overlap as _overlap
+from dask.array.overlap import coerce_boundary, coerce_depth
 
 from .backends.llvm import engine
+from .dask_halo import extended_chunks, map_halo, rechunked
 from .jit import Jitted, jit, pickle_token, unpickled
 from .structs import ShapeDtypeStruct
 
@@ -259,26 +261,27 @@ def map_overlap(f: Callable, x: "da.Array", depth: int | tuple | dict,
     _check_kernel_threads(kernel_threads)
     depth2, boundary2 = _halo(x, depth, boundary)
     run = ChunkFunction(f_jit, kernel_threads, extra_args)
-    extended = _overlap(x, depth=depth2, boundary=boundary2, allow_rechunk=allow_rechunk)
     sides = [d if isinstance(d, tuple) else (d, d) for d in (depth2[ax] for ax in range(x.ndim))]
-    chunks = tuple(tuple(n - lo - hi for n in cs) for cs, (lo, hi) in zip(extended.chunks, sides))
+    kinds = tuple(boundary2.get(ax, "none") for ax in range(x.ndim))
+    x = rechunked(x, sides, allow_rechunk)
+    extended = extended_chunks(x, sides, kinds)
+    chunks = tuple(tuple(n - lo - hi for n in cs) for cs, (lo, hi) in zip(extended, sides))
     if result == "interior":
         for ax, cs in enumerate(chunks):
             if min(cs) < 0:
                 raise ValueError(f"depth: axis {ax}'s chunks {x.chunks[ax]} are too short for a "
-                                 f"halo of {sides[ax]} with boundary {boundary2[ax]!r} (a chunk "
+                                 f"halo of {sides[ax]} with boundary {kinds[ax]!r} (a chunk "
                                  f"would give {min(cs)} elements)")
-    first = tuple(c[0] for c in extended.chunks)
+    first = tuple(c[0] for c in extended)
     out = _one_result(f_jit, "f", ShapeDtypeStruct(first, x.dtype), *extra_args)
     want = first if result == "extended" else tuple(c[0] for c in chunks)
     if out.shape != want:
         raise ValueError(f"f: with result={result!r} a block of shape {first} (halo included) "
                          f"must give shape {want}, got {out.shape}")
     meta = np.empty((0,) * x.ndim, out.dtype)
-    if result == "extended":
-        return da.map_overlap(run, x, depth=depth2, boundary=boundary2, trim=True,
-                              allow_rechunk=allow_rechunk, dtype=out.dtype, meta=meta)
-    return extended.map_blocks(run, chunks=chunks, dtype=out.dtype, meta=meta)
+    return map_halo(run, x, sides, kinds, trim=result == "extended",
+                    chunks=x.chunks if result == "extended" else chunks, meta=meta,
+                    name=f"{f_jit.__name__}-halo")
 
 
 # -- reductions --------------------------------------------------------------------------

@@ -134,6 +134,37 @@ def test_map_overlap_matches_numpy_with_one_compile_for_every_chunking(data, row
     assert CROSS.cache_info().compiles == 1 and ONE_STEP.cache_info().compiles == 1
 
 
+@given(data=st.data(), shape=st.lists(st.integers(1, 12), min_size=1, max_size=3), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=40, deadline=None)
+def test_halo_exchange_gives_dasks_extended_blocks_in_one_or_two_tasks_per_chunk(data, shape, seed):
+    """The extended chunks ``map_overlap`` assembles (``relaxjax.dask_halo``) are Dask's own
+    ``overlap``'s, element for element, for 1-3 axes, ragged grids, a boundary per axis
+    (mixed), depths 0-3 and unequal sides with "none"; in two tasks per chunk, or one where
+    the stencil tasks read whole neighbouring blocks."""
+    from dask.array.overlap import overlap
+    from relaxjax.dask_halo import extended_chunks, map_halo, reads_whole_blocks, rechunked
+    x = np.random.default_rng(seed).standard_normal(shape)
+    dx = da.from_array(x, chunks=tuple(data.draw(ragged_chunks(n)) for n in shape))
+    kinds = tuple(data.draw(st.sampled_from(["reflect", "periodic", "nearest", -2.5, "none"])) for _ in shape)
+    sides = []
+    for n, kind in zip(shape, kinds):
+        lo = data.draw(st.integers(0, min(3, n)))
+        hi = data.draw(st.integers(0, min(3, n))) if kind == "none" else lo
+        sides.append((lo, hi))
+    depth = {ax: (lo, hi) if kinds[ax] == "none" else lo for ax, (lo, hi) in enumerate(sides)}
+    want = overlap(dx, depth=depth, boundary=dict(enumerate(kinds)))
+    xr = rechunked(dx, sides, allow_rechunk=True)
+    got = map_halo(lambda b: b, xr, sides, kinds, trim=False, chunks=extended_chunks(xr, sides, kinds),
+                   meta=np.empty((0,) * x.ndim), name="identity")
+    assert got.chunks == want.chunks
+    np.testing.assert_array_equal(got.compute(scheduler="sync"), want.compute(scheduler="sync"))
+    trimmed = map_halo(lambda b: b, xr, sides, kinds, trim=True, chunks=xr.chunks,
+                       meta=np.empty((0,) * x.ndim), name="identity")
+    np.testing.assert_array_equal(trimmed.compute(scheduler="sync"), x)
+    own = len(dict(got.__dask_graph__())) - len(dict(xr.__dask_graph__()))
+    assert own == (1 if reads_whole_blocks(xr.chunks, sides) else 2) * xr.npartitions
+
+
 def _sum_squares(b, axis):
     return rnp.sum(b * b, axis=axis, keepdims=True)
 
