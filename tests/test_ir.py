@@ -43,6 +43,13 @@ def test_verifier_rejects_inconsistent_struct_info():
     fn = Function("f", [x], ["x"], [Binding([bad], lax.exp, [x])], [bad])
     with pytest.raises(VerificationError, match="disagrees"):
         verify(IRModule({"f": fn}, "f"))
+    # without the rules (a fresh trace, whose types the rules just gave) only the structure
+    # is checked: this one is well formed
+    verify(IRModule({"f": fn}, "f"), rules=False)
+    y, z = Var(bad.type), Var(bad.type)
+    broken = Function("f", [x], ["x"], [Binding([z], lax.exp, [y])], [z])
+    with pytest.raises(VerificationError, match="before it is defined"):
+        verify(IRModule({"f": broken}, "f"), rules=False)
 
 
 def test_verifier_rejects_unbound_dims():
