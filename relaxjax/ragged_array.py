@@ -1,0 +1,288 @@
+"""The ragged array type (``relaxjax.ragged`` documents it and adds the constructors, the
+softmax over the ragged axis and varlen attention; ``relaxjax.ragged_block`` the per-sequence
+blocks built on it).  It lives in a module of its own so that both import it and neither
+imports the other's importer: ``ragged`` re-exports the blocks."""
+from __future__ import annotations
+
+import numpy as np
+import optree
+
+from . import numpy as rnp
+from .core import Tracer, current_trace
+from .lax import check_equal, match_cast
+from .shapes import SymbolicDim, free_symbols
+
+__all__ = ["RaggedArray"]
+
+
+def _traced(*xs) -> bool:
+    return any(isinstance(x, (Tracer, SymbolicDim)) for x in xs)
+
+
+class PackedOperators:
+    """What a ragged array and a ragged block share: the packed ``values`` and the sequence
+    ``offsets``, their structure, and the operators (``relaxjax.numpy``'s elementwise
+    functions, which hand them to the class's ``__relaxjax_ufunc__``)."""
+    __slots__ = ()
+
+    @property
+    def batch(self):
+        return self.offsets.shape[0] - 1
+
+    @property
+    def lengths(self):
+        """Each sequence's length."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def inner_shape(self) -> tuple:
+        return tuple(self.values.shape[1:])
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    def __add__(self, o): return rnp.add(self, o)
+    def __radd__(self, o): return rnp.add(o, self)
+    def __sub__(self, o): return rnp.subtract(self, o)
+    def __rsub__(self, o): return rnp.subtract(o, self)
+    def __mul__(self, o): return rnp.multiply(self, o)
+    def __rmul__(self, o): return rnp.multiply(o, self)
+    def __truediv__(self, o): return rnp.true_divide(self, o)
+    def __rtruediv__(self, o): return rnp.true_divide(o, self)
+    def __pow__(self, o): return rnp.power(self, o)
+    def __neg__(self): return rnp.negative(self)
+    def __gt__(self, o): return rnp.greater(self, o)
+    def __ge__(self, o): return rnp.greater_equal(self, o)
+    def __lt__(self, o): return rnp.less(self, o)
+    def __le__(self, o): return rnp.less_equal(self, o)
+    def __abs__(self): return rnp.abs(self)
+    def __and__(self, o): return rnp.bitwise_and(self, o)
+    def __or__(self, o): return rnp.bitwise_or(self, o)
+    def __invert__(self): return rnp.invert(self)
+
+
+class RaggedArray(PackedOperators):
+    """``batch`` sequences of ``lengths[b]`` rows of shape ``inner``, packed (see ``relaxjax.ragged``)."""
+    __slots__ = ("values", "offsets")
+
+    def __init__(self, values, offsets):
+        self.values, self.offsets = values, offsets
+
+    # -- structure -------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return 1 + self.values.ndim
+
+    def __repr__(self) -> str:
+        inner = ", ".join(str(d) for d in self.inner_shape)
+        return (f"RaggedArray(batch={self.batch}, lengths=ragged, inner=({inner}), "
+                f"dtype={self.dtype}, total={self.values.shape[0]})")
+
+    def with_values(self, values) -> "RaggedArray":
+        """The same sequences (the same offsets) holding ``values``, packed alike."""
+        if values.shape[0] != self.values.shape[0] and not _traced(values.shape[0], self.values.shape[0]):
+            raise ValueError(f"ragged: {values.shape[0]} packed rows for sequences of "
+                             f"{self.values.shape[0]} rows in all")
+        return RaggedArray(values, self.offsets)
+
+    def segment_ids(self):
+        """For each packed row, the index of the sequence it belongs to (total,)."""
+        total = self.values.shape[0]
+        return rnp.searchsorted(self.offsets[1:], rnp.arange(total), side="right")
+
+    # -- elementwise -----------------------------------------------------------------------
+    @classmethod
+    def __relaxjax_ufunc__(cls, fn, args):
+        """``relaxjax.numpy``'s elementwise ``fn`` on ragged (and dense) ``args``: on the
+        packed values, dense operands broadcast over the inner dims."""
+        for a in args:
+            # a ragged block among the operands applies the function itself (and says why a
+            # ragged array's rows do not line up with its entries)
+            if not isinstance(a, RaggedArray) and hasattr(type(a), "__relaxjax_ufunc__"):
+                return type(a).__relaxjax_ufunc__(fn, args)
+        ragged = [a for a in args if isinstance(a, RaggedArray)]
+        first = ragged[0]
+        vals = []
+        for a in args:
+            if isinstance(a, RaggedArray):
+                vals.append(a.values if a is first else _same_sequences(first, a))
+                continue
+            nd = np.ndim(a) if not isinstance(a, Tracer) else a.ndim
+            if nd > len(first.inner_shape):
+                raise ValueError(f"ragged: a dense operand of rank {nd} does not broadcast over "
+                                 f"the inner dims {first.inner_shape} of a ragged array (a "
+                                 f"per-sequence value: index it with r.segment_ids())")
+            vals.append(a)
+        return first.with_values(fn(*vals))
+
+    def astype(self, dtype) -> "RaggedArray":
+        return self.with_values(rnp.asarray(self.values).astype(dtype))
+
+    def __matmul__(self, w):
+        """A projection of every row: one matrix product over the packed values."""
+        if isinstance(w, RaggedArray):
+            # per sequence (len, d) @ (len, d) is no matrix product: the scores q_b @ k_b.T
+            # are spelled out, and a block then multiplies a ragged array (block @ v)
+            raise NotImplementedError("ragged @ ragged: per sequence that is (len, d) @ (len, d); for "
+                                      "q_b @ k_b.T (a ragged block of scores) use ragged.matmul_t(q, k), "
+                                      "then block @ v")
+        if hasattr(type(w), "__relaxjax_ufunc__"):
+            raise NotImplementedError(f"ragged @ {type(w).__name__}: r_b @ s_b per sequence is not built; "
+                                      f"s.T @ r gives each sequence's s_b.T @ r_b")
+        return self.with_values(rnp.matmul(self.values, w))
+
+    # -- reductions ------------------------------------------------------------------------
+    def _inner_axis(self, axis: int, what: str) -> int:
+        """An axis of the ragged array's (batch, ragged, *inner) as an axis of ``values``."""
+        n = self.ndim
+        a = axis + n if axis < 0 else axis
+        if not 0 <= a < n:
+            raise np.exceptions.AxisError(f"ragged {what}: axis {axis} is out of bounds for a ragged "
+                                          f"array of {n} dims (batch, ragged, *inner)")
+        if a == 0:
+            raise NotImplementedError(f"ragged {what} over the batch axis (0): reduce over the "
+                                      f"ragged axis (1) first")
+        return a - 1
+
+    def _segment(self, mode: str, init):
+        """Per sequence, the rows combined by ``mode`` (add / max / min): (batch, *inner)."""
+        shape = (self.batch,) + self.inner_shape
+        acc = rnp.full(shape, init, dtype=self.dtype)
+        at = acc.at[self.segment_ids()]
+        return {"add": at.add, "max": at.max, "min": at.min}[mode](self.values)
+
+    def _per_sequence(self, out, keepdims: bool):
+        """A reduction over the ragged axis, (batch, *inner), with that axis kept as 1."""
+        return rnp.expand_dims(out, 1) if keepdims else out
+
+    def sum(self, axis=None, keepdims: bool = False):
+        if axis is None:
+            return rnp.sum(self.values)
+        a = self._inner_axis(axis, "sum")
+        return self._per_sequence(self._segment("add", 0), keepdims) if a == 0 else \
+            self.with_values(rnp.sum(self.values, axis=a, keepdims=keepdims))
+
+    def mean(self, axis=None, keepdims: bool = False):
+        if axis is None:
+            return rnp.mean(self.values)
+        a = self._inner_axis(axis, "mean")
+        if a:
+            return self.with_values(rnp.mean(self.values, axis=a, keepdims=keepdims))
+        return self._per_sequence(self._segment("add", 0) / self._counts(), keepdims)
+
+    def _counts(self):
+        """Each sequence's length, shaped to divide a (batch, *inner) reduction (an empty
+        sequence: 0, so its mean and var are nan, as NumPy's of an empty array)."""
+        return self.lengths.reshape((-1,) + (1,) * len(self.inner_shape))
+
+    def var(self, axis=None, keepdims: bool = False):
+        """Over all values, an inner axis, or each sequence (axis 1: two passes, the
+        deviations from each sequence's mean, as NumPy computes it)."""
+        if axis is None:
+            return rnp.var(self.values)
+        a = self._inner_axis(axis, "var")
+        if a:
+            return self.with_values(rnp.var(self.values, axis=a, keepdims=keepdims))
+        dev = self.values - self.mean(axis=1)[self.segment_ids()]
+        return self._per_sequence(self.with_values(dev * dev)._segment("add", 0) / self._counts(), keepdims)
+
+    def _extremum(self, mode: str, axis, keepdims: bool):
+        if axis is None:
+            return (rnp.max if mode == "max" else rnp.min)(self.values)
+        a = self._inner_axis(axis, mode)
+        if a:
+            return self.with_values((rnp.max if mode == "max" else rnp.min)(self.values, axis=a, keepdims=keepdims))
+        # an empty sequence: the identity, -inf for max and inf for min (or the integer
+        # type's bound; NumPy raises for the extremum of an empty sequence)
+        floating = np.issubdtype(self.dtype, np.floating)
+        if mode == "max":
+            init = -np.inf if floating else np.iinfo(self.dtype).min
+        else:
+            init = np.inf if floating else np.iinfo(self.dtype).max
+        return self._per_sequence(self._segment(mode, init), keepdims)
+
+    def max(self, axis=None, keepdims: bool = False):
+        return self._extremum("max", axis, keepdims)
+
+    def min(self, axis=None, keepdims: bool = False):
+        return self._extremum("min", axis, keepdims)
+
+    # -- conversions -----------------------------------------------------------------------
+    def to_padded(self, fill=0, max_len=None):
+        """``(batch, max_len, *inner)``: sequence b in row b, ``fill`` past its length.
+        ``max_len`` (an int or a dim) is needed inside ``jit``, where the longest length is
+        a value, not a shape; outside it defaults to the longest."""
+        if max_len is None:
+            if _traced(self.values, self.offsets):
+                raise ValueError("ragged to_padded inside jit needs max_len= (an int or a dim): the "
+                                 "longest length is a value of the offsets, not a shape")
+            lengths = np.asarray(self.lengths)
+            max_len = int(lengths.max()) if lengths.size else 0
+        total = self.values.shape[0]
+        t = rnp.arange(max_len)
+        idx = self.offsets[:-1, None] + t[None, :]                                # (batch, max_len)
+        valid = t[None, :] < self.lengths[:, None]
+        # an invalid position reads the extra row after the values (so an empty array works)
+        padded_values = rnp.concatenate([self.values, rnp.zeros((1,) + self.inner_shape, self.dtype)])
+        rows = rnp.take(padded_values, rnp.where(valid, idx, total), axis=0)
+        mask = valid.reshape(valid.shape + (1,) * len(self.inner_shape))
+        return rnp.where(mask, rows, rnp.asarray(fill, dtype=self.dtype))
+
+    def to_list(self) -> list:
+        """The sequences as a list of NumPy arrays (outside ``jit``)."""
+        values, offsets = np.asarray(self.values), np.asarray(self.offsets)
+        return [values[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+
+
+optree.register_pytree_node(RaggedArray, lambda r: ((r.values, r.offsets), None, ("values", "offsets")),
+                            lambda _, children: RaggedArray(*children),
+                            namespace=getattr(optree.registry, "__GLOBAL_NAMESPACE"))
+
+
+def _same_sequences(a: RaggedArray, b: RaggedArray, what: str | None = None):
+    """Two ragged operands of one op hold the same sequences (:func:`_same_offsets`).
+    Returns ``b``'s values with ``a``'s packed rows (:func:`_rows_like`)."""
+    _same_offsets(a, b, what)
+    return _rows_like(a, b, f"{what or 'ragged operands'}: packed rows")
+
+
+def _same_offsets(a, b, what: str | None = None) -> None:
+    """``a`` and ``b`` (ragged arrays or blocks) hold the same sequences: equal offsets.
+    Inside ``jit`` the batch must agree (proved, or guarded as any shape is), the offsets
+    are compared when the function runs (``check_equal``, unless they are one value), and
+    the first operand's are used for both.  ``what`` names the operands in the errors."""
+    if a.offsets is b.offsets:
+        return
+    if _traced(a.offsets, b.offsets):
+        env = current_trace().env
+        env.require_eq(_dim0(a.offsets), _dim0(b.offsets), f"{what or 'ragged operands'}: batch sizes")
+        check_equal.bind(a.offsets, b.offsets,
+                         what=f"{what}: their offsets" if what else "ragged: the offsets of two operands")
+    elif not np.array_equal(np.asarray(a.offsets), np.asarray(b.offsets)):
+        la, lb = np.diff(np.asarray(a.offsets)).tolist(), np.diff(np.asarray(b.offsets)).tolist()
+        raise ValueError(f"{what} hold different sequences (lengths {la} and {lb})" if what else
+                         f"ragged: elementwise operands have different lengths ({la} and {lb})")
+
+
+def _rows_like(a, b, what: str):
+    """``b.values`` with ``a.values``' first dim (the offsets already found equal): where
+    either is a dim only the run knows (a ragged block's entries, or its reduction's rows)
+    asserted by ``match_cast``, else required equal (``what`` names them)."""
+    vb = b.values
+    if not isinstance(vb, Tracer) or not _traced(a.values):
+        return vb
+    da, db = _dim0(a.values), _dim0(vb)
+    if da == db:
+        return vb
+    env = current_trace().env
+    if (free_symbols(da) | free_symbols(db)) & env.data_dependent:
+        # two run-time dims are unrelated to the trace: equal offsets make them equal
+        return match_cast.bind(vb, shape=(env.canon(da),) + tuple(vb.type.shape[1:]))
+    env.require_eq(da, db, what)
+    return vb
+
+
+def _dim0(x):
+    """The first dim of ``x`` as the shape env takes it (an int or a symbolic expression)."""
+    return x.type.shape[0] if isinstance(x, Tracer) else np.shape(x)[0]
