@@ -15,9 +15,10 @@ What runs on the packed values needs no padding at all:
 - ``r @ W`` (a projection): one matrix product over all the packed tokens;
 - reductions over inner axes, and ``softmax``/``layer_norm`` over the last one;
 - reductions over the ragged axis (``sum``, ``mean``, ``var``, ``max``, ``min`` with
-  ``axis=1``, ``keepdims`` too) and
-  :func:`softmax` over it: segment reductions, each token's sequence found once from the
-  offsets (:meth:`RaggedArray.segment_ids`).
+  ``axis=1``, ``keepdims`` too) and :func:`softmax` over it: inside ``jit``, loops whose
+  extent is read from the offsets, ``for i in range(off[s], off[s + 1])`` per sequence ``s``
+  (CoRa's variable loops, :mod:`relaxjax.ragged_segments`; float32/64, int32/64); outside
+  ``jit`` and for other dtypes, scatters into the sequences (:meth:`RaggedArray.segment_ids`).
 
 ``to_padded`` gathers into ``(batch, max_len, *inner)``; ``from_padded`` packs back.
 
@@ -33,8 +34,9 @@ attention can be written by hand on ragged ``q``, ``k``, ``v`` without padding. 
 ragged array type itself is in :mod:`relaxjax.ragged_array` (both modules build on it).
 
 Not yet here (issue 20's later steps): a fused kernel for block ops (they are gathers and
-scatters over index arrays), blocks between two different sets of sequences, loops whose
-extent depends on an outer index in the loop-level IR, and the ragged type shown in the IR.
+scatters over index arrays), blocks between two different sets of sequences, the other
+ragged ops on variable loops (the block ops, padding), their work split by size rather
+than by sequence, and the ragged type shown in the IR.
 """
 from __future__ import annotations
 

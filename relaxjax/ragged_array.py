@@ -10,6 +10,7 @@ import optree
 from . import numpy as rnp
 from .core import Tracer, current_trace
 from .lax import check_equal, match_cast
+from .ragged_segments import has_kernel, segment_reduce
 from .shapes import SymbolicDim, free_symbols
 
 __all__ = ["RaggedArray"]
@@ -146,7 +147,11 @@ class RaggedArray(PackedOperators):
         return a - 1
 
     def _segment(self, mode: str, init):
-        """Per sequence, the rows combined by ``mode`` (add / max / min): (batch, *inner)."""
+        """Per sequence, the rows combined by ``mode`` (add / max / min): (batch, *inner).
+        Inside ``jit`` on loops whose extent is read from the offsets (``ragged_segments``);
+        else (and for dtypes it has no kernel for) a scatter into the sequences."""
+        if _traced(self.values, self.offsets) and has_kernel(self.dtype):
+            return segment_reduce(mode, self.values, self.offsets, init)
         shape = (self.batch,) + self.inner_shape
         acc = rnp.full(shape, init, dtype=self.dtype)
         at = acc.at[self.segment_ids()]

@@ -173,3 +173,63 @@ def test_ragged_encoder_example():
     r = subprocess.run([sys.executable, str(script), "--small"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "compiles: ragged 1, padded 1 for 3 batches" in r.stdout, r.stdout
+
+
+def _extremes(r):
+    return r.sum(axis=1), r.max(axis=1), r.min(axis=1)
+
+
+_EXTREMES = {backend: rj.jit(_extremes, backend=backend) for backend in BACKENDS}
+
+
+@given(lengths=LENGTHS, inner=st.sampled_from([(), (3,), (2, 5)]),
+       dtype=st.sampled_from(["float32", "float64", "int32", "int64", "float16"]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=15, deadline=None)
+def test_reductions_over_the_ragged_axis_in_every_dtype(lengths, inner, dtype, seed):
+    """sum/max/min over each sequence inside ``jit``: loops over ``offsets[s]..offsets[s+1]``
+    (``ragged_segments``) for float32/64 and int32/64, the scatter for the others; NumPy's
+    per-sequence result (an empty sequence: 0, the dtype's least, its greatest), the sum in
+    the values' dtype, as the scatter gave it, on every backend."""
+    rng = np.random.default_rng(seed)
+    n = int(sum(lengths))
+    values = (rng.standard_normal((n, *inner)) * 20).astype(dtype)
+    r = ragged.from_lengths(values, np.array(lengths))
+    parts = np.split(values, np.cumsum(lengths)[:-1])
+    low, high = ((-np.inf, np.inf) if np.dtype(dtype).kind == "f" else
+                 (np.iinfo(dtype).min, np.iinfo(dtype).max))
+    want_sum = np.stack([p.astype(np.float64).sum(0) if len(p) else np.zeros(inner) for p in parts])
+    want_max = np.stack([p.max(0) if len(p) else np.full(inner, low) for p in parts])
+    want_min = np.stack([p.min(0) if len(p) else np.full(inner, high) for p in parts])
+    tol = {"float16": 5e-2, "float32": 1e-5}.get(dtype, 1e-12)
+    for backend in BACKENDS:
+        s, mx, mn = _EXTREMES[backend](r)
+        assert s.dtype == mx.dtype == mn.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(s.astype(np.float64), want_sum, rtol=tol, atol=tol * 100)
+        np.testing.assert_array_equal(mx, want_max.astype(dtype))
+        np.testing.assert_array_equal(mn, want_min.astype(dtype))
+
+
+def test_ragged_axis_reductions_run_variable_loops_and_differentiate():
+    """The loop-level program of a jitted ragged sum reads its loop bounds from the offsets
+    (one loop per sequence, no scatter); its gradient, and a max's (the row attaining it, or
+    shared among ties as the scatter shared them), are NumPy's."""
+    x = np.random.default_rng(0).standard_normal((9, 4))
+    x[7] = x[6]                                      # a tie for the max of the last sequence
+    off = np.array([0, 2, 2, 6, 9])
+    f = rj.jit(lambda x, off: ragged.from_offsets(x, off).sum(axis=1))
+    loops = f.lower(x, off).as_text("loops")
+    assert "in range(off[s], off[s + 1])" in loops and "scatter" not in f.lower(x, off).as_text("optimized")
+
+    def loss(x, off):
+        r = ragged.from_offsets(x, off)
+        return (r.sum(axis=1) ** 2).sum() + r.max(axis=1)[rnp.array([0, 2, 3])].sum()
+    got = rj.jit(rj.grad(loss))(x, off)
+    want = np.zeros_like(x)
+    for s in range(4):
+        rows = slice(off[s], off[s + 1])
+        want[rows] += 2 * x[rows].sum(0)
+        if s in (0, 2, 3) and off[s + 1] > off[s]:
+            seg = x[rows]
+            hit = seg == seg.max(0)
+            want[rows] += hit / hit.sum(0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
