@@ -10,7 +10,7 @@ import optree
 from . import numpy as rnp
 from .core import Tracer, current_trace
 from .lax import check_equal, match_cast
-from .ragged_segments import has_kernel, segment_reduce
+from .ragged_segments import has_kernel, segment_ids, segment_reduce
 from .shapes import SymbolicDim, free_symbols
 
 __all__ = ["RaggedArray"]
@@ -90,6 +90,8 @@ class RaggedArray(PackedOperators):
     def segment_ids(self):
         """For each packed row, the index of the sequence it belongs to (total,)."""
         total = self.values.shape[0]
+        if _traced(self.values, self.offsets):
+            return segment_ids(self.offsets, total)
         return rnp.searchsorted(self.offsets[1:], rnp.arange(total), side="right")
 
     # -- elementwise -----------------------------------------------------------------------
