@@ -129,6 +129,9 @@ class TraceContext:
         self._consts: dict = {}         # id(outside array) -> (array, its snapshot Literal)
         self.stopped: set = set()       # Vars no derivative flows through (stop_gradient)
         self.custom_vjps: dict = {}     # Var -> (its custom_vjp call, output index)
+        # values that are a ragged array's (or block's) packed values: Var -> (the offsets'
+        # Var, "array" | "block"); the printer shows their ragged type (``ir.ragged_type``)
+        self.ragged: dict = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

@@ -238,6 +238,18 @@ def value_names(fn: Function) -> dict:
     return names
 
 
+def ragged_type(values: Var, note: tuple, names: dict) -> str:
+    """The ragged type of a ragged array's packed values ``(total, *inner)`` over offsets of
+    ``batch + 1``: ``f32[batch, len[offsets], *inner]``, each sequence's length read from
+    the offsets; a block's ``f32[batch, len[offsets], len[offsets], *inner]``."""
+    offsets, kind = note
+    batch = dim_str(offsets.type.shape[0] - 1)
+    length = f"len[{names[offsets]}]"
+    ragged = [length, length] if kind == "block" else [length]
+    inner = [dim_str(d) for d in values.type.shape[1:]]
+    return f"ragged {dt.short_name(values.type.dtype)}[{', '.join([batch, *ragged, *inner])}]"
+
+
 def print_function(fn: Function) -> str:
     names = value_names(fn)
 
@@ -254,12 +266,18 @@ def print_function(fn: Function) -> str:
             return "int"
         return str(a.type)
 
+    ragged = fn.attrs.get("ragged", {})
+
+    def note(v) -> str:       # a ragged array's packed values: their ragged type
+        return f"  # {ragged_type(v, ragged[v], names)}" if v in ragged and ragged[v][0] in names else ""
     params = ", ".join(f"{n}: {p.type}" for p, n in zip(fn.params, fn.param_names))
     rtypes = [rtype(r) for r in fn.results]
     ret = rtypes[0] if len(rtypes) == 1 else "(" + ", ".join(rtypes) + ")"
     lines = [f"def {fn.name}({params}) -> {ret}:"]
-    if fn.attrs:
-        lines.append("  # " + ", ".join(f"{k}={v}" for k, v in sorted(fn.attrs.items())))
+    shown = {k: v for k, v in fn.attrs.items() if k != "ragged"}
+    if shown:
+        lines.append("  # " + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())))
+    lines += [f"  # {n}:{note(p)[3:]}" for p, n in zip(fn.params, fn.param_names) if note(p)]
     custom = {s: b for s, b in fn.bounds.items() if b != (1, INF)}
     if custom:
         lines.append("  # " + ", ".join(
@@ -279,7 +297,7 @@ def print_function(fn: Function) -> str:
             call = f"@{b.callee.name}({', '.join(args)})"
         else:
             call = f"{b.callee.name}({', '.join(args)})"
-        lines.append(f"  {lhs} = {call}")
+        lines.append(f"  {lhs} = {call}" + "".join(note(v) for v in b.outvars))
         for r in regions(b):
             lines.extend("    " + line if line else "" for line in str(r).splitlines())
     lines.append("  return " + ", ".join(atom(r) for r in fn.results))

@@ -71,6 +71,8 @@ def trace_call(fun: Callable, fname: str, call: CallArgs) -> Traced:
                 raise TypeError(f"{fname} returned a {type(o).__name__}; return arrays, "
                                 f"scalars, dims or pytrees of them")
     fn = ctx.finalize(identifier(fname), param_vars, names, results)
+    if ctx.ragged:
+        fn.attrs["ragged"] = dict(ctx.ragged)
     donated = tuple(k for k, leaf in enumerate(call.leaves) if leaf.arg in call.jitted.donated)
     if donated:               # parameters whose arrays may hold results (``jit``'s donation)
         fn.attrs["donated"] = donated

@@ -36,7 +36,9 @@ ragged array type itself is in :mod:`relaxjax.ragged_array` (both modules build 
 Not yet here (issue 20's later steps): a fused kernel for block ops (they are gathers and
 scatters over index arrays), blocks between two different sets of sequences, the other
 ragged ops on variable loops (the block ops, padding), their work split by size rather
-than by sequence, and the ragged type shown in the IR.
+than by sequence, and ops that take the ragged type itself (the IR shows it: a ragged
+array's packed values, and every value an op on them gives, print as ``ragged f32[b,
+len[offsets], *inner]``, but the ops still see the packed values and the offsets).
 """
 from __future__ import annotations
 

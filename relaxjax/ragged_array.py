@@ -9,11 +9,20 @@ import optree
 
 from . import numpy as rnp
 from .core import Tracer, current_trace
+from .ir import Var
 from .lax import check_equal, match_cast
 from .ragged_segments import has_kernel, segment_ids, segment_reduce
 from .shapes import SymbolicDim, free_symbols
 
 __all__ = ["RaggedArray"]
+
+
+def note_ragged(values, offsets, kind: str) -> None:
+    """Inside a trace, mark ``values`` as a ragged array's (``kind`` "array") or block's
+    ("block") packed values over ``offsets``: the printed IR shows its ragged type."""
+    if isinstance(values, Tracer) and isinstance(offsets, Tracer) and values.ctx is offsets.ctx \
+            and values.ctx is current_trace() and isinstance(values.atom, Var):
+        values.ctx.ragged[values.atom] = (offsets.atom, kind)
 
 
 def _traced(*xs) -> bool:
@@ -69,6 +78,7 @@ class RaggedArray(PackedOperators):
 
     def __init__(self, values, offsets):
         self.values, self.offsets = values, offsets
+        note_ragged(values, offsets, "array")
 
     # -- structure -------------------------------------------------------------------------
     @property

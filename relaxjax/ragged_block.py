@@ -65,7 +65,7 @@ from . import nn
 from . import numpy as rnp
 from .core import Tracer, current_trace
 from .lax import check_equal
-from .ragged_array import PackedOperators, RaggedArray, _rows_like, _same_offsets, _same_sequences, _traced
+from .ragged_array import PackedOperators, RaggedArray, _rows_like, note_ragged, _same_offsets, _same_sequences, _traced
 
 __all__ = ["RaggedBlock", "matmul_t", "causal_mask"]
 
@@ -129,6 +129,7 @@ class RaggedBlock(PackedOperators):
     def __init__(self, values, offsets, block_offsets):
         # no checks: the pytree rebuilds blocks from whatever stands for the leaves
         self.values, self.offsets, self.block_offsets = values, offsets, block_offsets
+        note_ragged(values, offsets, "block")
         # what the blocks computed from this one share, made on first use: "index" (the
         # index arrays) and "tokens" (the packed token rows, a dim inside jit)
         self._shared: dict = {}

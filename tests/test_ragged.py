@@ -233,3 +233,15 @@ def test_ragged_axis_reductions_run_variable_loops_and_differentiate():
             hit = seg == seg.max(0)
             want[rows] += hit / hit.sum(0)
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_printed_ir_shows_ragged_types():
+    """A ragged array's packed values, and every value an op on it gives, print with their
+    ragged type: the batch, each sequence's length read from the offsets, the inner dims;
+    a block's with two ragged axes."""
+    r = ragged.from_lengths(np.ones((5, 4), np.float32), np.array([2, 3]))
+    text = rj.jit(lambda r, w: nn.gelu(r @ w).sum(axis=1)).lower(r, np.ones((4, 3), np.float32)).as_text("traced")
+    assert "# r_values: ragged f32[r_offsets0 - 1, len[r_offsets], r_values1]" in text
+    assert "= matmul(r_values, w)  # ragged f32[r_offsets0 - 1, len[r_offsets], w1]" in text
+    block = rj.jit(lambda q: ragged.matmul_t(q, q).values).lower(r).as_text("traced")
+    assert "# ragged f32[r_offsets0 - 1, len[r_offsets], len[r_offsets]]" in block.replace("q_", "r_")
