@@ -35,6 +35,7 @@ DTYPES = ("float32", "float64", "int32", "int64")
 # the result; T, the element type, is bound in each kernel's copy (``_kernel``)
 ROWS, OFFSETS, ONE, RESULT, T = ("t", "d"), ("b1",), (1,), ("b", "d"), "float32"
 PACKED = ("t",)
+EXTREMUM = max
 
 
 def _segment_add(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
@@ -47,24 +48,14 @@ def _segment_add(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.i
                 out[s, j] = out[s, j] + x[i, j]
 
 
-def _segment_max(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
-                 init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
+def _segment_extremum(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
+                      init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
     for s in range(out.shape[0]):
         for j in range(x.shape[1]):
             out[s, j] = init[0]
         for i in range(off[s], off[s + 1]):
             for j in range(x.shape[1]):
-                out[s, j] = max(out[s, j], x[i, j])
-
-
-def _segment_min(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
-                 init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
-    for s in range(out.shape[0]):
-        for j in range(x.shape[1]):
-            out[s, j] = init[0]
-        for i in range(off[s], off[s + 1]):
-            for j in range(x.shape[1]):
-                out[s, j] = min(out[s, j], x[i, j])
+                out[s, j] = EXTREMUM(out[s, j], x[i, j])
 
 
 def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buffer[PACKED, np.int64]):
@@ -73,15 +64,18 @@ def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buff
             ids[i] = s
 
 
-_SOURCES = {"add": _segment_add, "max": _segment_max, "min": _segment_min, "ids": _segment_of_rows}
+# the function of each reduction, and what it binds: EXTREMUM, max or min
+_SOURCES = {"add": (_segment_add, {}), "max": (_segment_extremum, {"EXTREMUM": max}),
+            "min": (_segment_extremum, {"EXTREMUM": min}), "ids": (_segment_of_rows, {})}
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(mode: str, dtype: str):
-    """The kernel of reduction ``mode`` over elements of ``dtype``: the function above with
-    ``T`` bound in its globals (its annotations are strings, evaluated there)."""
-    fn = _SOURCES[mode]
-    copy = types.FunctionType(fn.__code__, {**fn.__globals__, "T": dtype}, fn.__name__)
+    """The kernel of reduction ``mode`` over elements of ``dtype``: its function above with
+    ``T`` (and ``EXTREMUM``) bound in its globals (the annotations are strings, evaluated
+    there; the kernel language reads globals when it parses the body)."""
+    fn, binds = _SOURCES[mode]
+    copy = types.FunctionType(fn.__code__, {**fn.__globals__, "T": dtype, **binds}, fn.__name__)
     copy.__annotations__ = dict(fn.__annotations__)
     return kernel(copy)
 
