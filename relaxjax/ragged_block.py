@@ -34,15 +34,18 @@ packed rows ``offsets[b] + i`` and ``offsets[b] + j`` of the tokens it pairs.  S
   last inner axis;
 - reductions and :meth:`RaggedBlock.softmax` over the columns (rows) are segment
   reductions, a scatter at each entry's row (column);
-- ``block @ v`` scatters ``p[i, j] * v[j]`` into row ``i``: a ``RaggedArray`` again.
+- ``block @ v`` (a ``RaggedArray`` again): inside ``jit``, for float32/float64, a loop
+  nest whose loops run over each sequence's rows and columns, their extents its length
+  read from the offsets (CoRa's variable loops, ``ragged_segments.block_rows``), summing
+  ``p[i, j] * v[j]`` into row ``i`` directly; elsewhere a scatter of those products.
 
 These are primitives every backend runs (``take``, ``scatter``, ``cumsum``, the host-side
-``iota_count``), so blocks work on every backend, eagerly on NumPy arrays too, and one
-compile serves every batch of every lengths.  The cost: ``matmul_t``'s gathers fuse with
-its sum (one kernel, no temporary), but ``@`` forms ``p[i, j] * v[j]`` for every entry
-(``P`` times ``v``'s inner size) before its scatter, and the scatters run apart from the
-fused kernels.  A native kernel per op (as the varlen attention's library call) would avoid
-both; the index arrays make the first version short and the same on every backend.
+``iota_count``, loop-level programs), so blocks work on every backend, eagerly on NumPy
+arrays too, and one compile serves every batch of every lengths.  The cost: ``matmul_t``'s
+gathers fuse with its sum (one kernel, no temporary); the variable loops of ``@`` run one
+sequence after the other (their stores go to rows read from the offsets, which the loop
+level cannot prove disjoint), 6.5-9.5x faster than the scatter of every entry's product
+(benchmarks/RESULTS.md, session 14), still 6x slower than the varlen attention kernel.
 
 Two blocks from separate ``matmul_t`` calls have unrelated run-time dims: an op on both
 compares their offsets when it runs and asserts (``match_cast``) the second's entry count
@@ -51,7 +54,7 @@ to be the first's.
 Not here: a block of two different sequence sets (cross attention between ragged
 batches), a column axis of another length than the rows, reductions over the batch axis,
 ``keepdims`` over a ragged axis (the result is a ``RaggedArray``; :meth:`RaggedBlock.expand`
-spreads it back over a block), and a fused kernel.
+spreads it back over a block), and one fused kernel for attention written this way.
 """
 from __future__ import annotations
 
@@ -65,6 +68,8 @@ from . import nn
 from . import numpy as rnp
 from .core import Tracer, current_trace
 from .lax import check_equal
+from .ad_custom import custom_vjp
+from .ragged_segments import block_rows, has_kernel
 from .ragged_array import PackedOperators, RaggedArray, _rows_like, note_ragged, _same_offsets, _same_sequences, _traced
 
 __all__ = ["RaggedBlock", "matmul_t", "causal_mask"]
@@ -312,6 +317,8 @@ class RaggedBlock(PackedOperators):
             raise ValueError(what)
         _require_same_dims(_inner_dims(self.values), _inner_dims(v.values)[:len(inner)], what)
         _same_offsets(self, v, "ragged block @ ragged: the block and v")
+        if _traced(self.values, v.values) and self.dtype == v.dtype and has_kernel(self.dtype, floating=True):
+            return v.with_values(_block_times_rows(self.values, v.values, self.offsets, self.block_offsets))
         idx = self.index()
         p = _expand_trailing(self.values, len(vinner))
         prod = p * rnp.take(v.values, idx.col, axis=0)                    # (P, *v.inner)
@@ -500,6 +507,33 @@ def _entries_like(a: RaggedBlock, b: RaggedBlock, what: str):
     entry count of a block made elsewhere (an unrelated run-time dim) asserted to be ``a``'s."""
     _same_offsets(a, b, what)
     return _rows_like(a, b, f"{what}: packed entries")
+
+
+@custom_vjp
+def _block_times_rows(p, v, offsets, block_offsets):
+    """``p_b @ v_b`` per sequence on the variable loops (``ragged_segments.block_rows``),
+    with its reverse-mode rule: ``p``'s cotangent is the cotangent's row times ``v``'s
+    column per entry (as :func:`matmul_t` makes scores), ``v``'s the transposed blocks
+    times the cotangent (the same loops)."""
+    return block_rows(p, v, offsets, block_offsets)
+
+
+def _block_times_rows_fwd(p, v, offsets, block_offsets):
+    return block_rows(p, v, offsets, block_offsets), (p, v, offsets, block_offsets)
+
+
+def _block_times_rows_bwd(res, ct):
+    p, v, offsets, block_offsets = res
+    idx = _index(offsets, block_offsets, rnp.arange(p.shape[0]))
+    heads = len(p.shape) - 1
+    prod = rnp.take(ct, idx.row, axis=0) * rnp.take(v, idx.col, axis=0)       # (P, *heads, *rest)
+    dp = rnp.sum(prod, axis=tuple(range(1 + heads, len(prod.shape)))) if len(prod.shape) > 1 + heads else prod
+    n = rnp.take(offsets[1:] - offsets[:-1], idx.seq, axis=0)
+    p_t = rnp.take(p, rnp.take(block_offsets, idx.seq, axis=0) + idx.j * n + idx.i, axis=0)
+    return dp.astype(p.dtype), block_rows(p_t, ct, offsets, block_offsets), None, None
+
+
+_block_times_rows.defvjp(_block_times_rows_fwd, _block_times_rows_bwd)
 
 
 def matmul_t(x: RaggedArray, y: RaggedArray) -> RaggedBlock:

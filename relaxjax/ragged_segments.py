@@ -36,6 +36,9 @@ DTYPES = ("float32", "float64", "int32", "int64")
 ROWS, OFFSETS, ONE, RESULT, T = ("t", "d"), ("b1",), (1,), ("b", "d"), "float32"
 PACKED = ("t",)
 EXTREMUM = max
+# a ragged block's entries (P of them, nh values each: its inner dims) and the tokens' rows
+# (nh x nd values: the block's inner dims, then the rest)
+ENTRIES, TOKENS = ("P", "nh"), ("t", "nh", "nd")
 
 
 def _segment_add(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
@@ -64,9 +67,25 @@ def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buff
             ids[i] = s
 
 
+def _block_rows(p: pykernel.Buffer[ENTRIES, T], off: pykernel.Buffer[OFFSETS, np.int64],
+                boff: pykernel.Buffer[OFFSETS, np.int64], v: pykernel.Buffer[TOKENS, T],
+                out: pykernel.Buffer[TOKENS, T]):
+    # row i of sequence s: the sum over its columns j of p[s][i, j] * v[s][j]; both loops'
+    # extents the sequence's length (CoRa's variable loops, nested)
+    for s in range(off.shape[0] - 1):
+        n = off[s + 1] - off[s]
+        for i in range(n):
+            for j in range(n):
+                for c in range(p.shape[1]):
+                    w = p[boff[s] + i * n + j, c]
+                    for e in range(v.shape[2]):
+                        out[off[s] + i, c, e] = out[off[s] + i, c, e] + w * v[off[s] + j, c, e]
+
+
 # the function of each reduction, and what it binds: EXTREMUM, max or min
 _SOURCES = {"add": (_segment_add, {}), "max": (_segment_extremum, {"EXTREMUM": max}),
-            "min": (_segment_extremum, {"EXTREMUM": min}), "ids": (_segment_of_rows, {})}
+            "min": (_segment_extremum, {"EXTREMUM": min}), "ids": (_segment_of_rows, {}),
+            "block_rows": (_block_rows, {})}
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,19 +99,24 @@ def _kernel(mode: str, dtype: str):
     return kernel(copy)
 
 
-def has_kernel(dtype) -> bool:
-    return np.dtype(dtype).name in DTYPES
+def has_kernel(dtype, floating: bool = False) -> bool:
+    """Whether the kernels here take ``dtype`` (``floating``: the products, float only)."""
+    return np.dtype(dtype).name in (DTYPES[:2] if floating else DTYPES)
+
+
+def _flat(values) -> tuple:
+    """``values`` as (rows, width): the inner dims in one axis (a view), and the width."""
+    width = 1
+    for d in values.shape[1:]:                   # symbolic inner dims multiply in as dims
+        width = width * d
+    return values.reshape((values.shape[0], width)), width
 
 
 def _run(mode: str, values, offsets, init):
     """(batch, *inner): each sequence's rows of ``values`` combined by ``mode`` from ``init``."""
     dtype = np.dtype(values.dtype).name
     inner = tuple(values.shape[1:])
-    width = int(np.prod([d for d in inner if isinstance(d, int)], dtype=np.int64))
-    for d in inner:                              # symbolic inner dims multiply in as dims
-        if not isinstance(d, int):
-            width = width * d
-    flat = values.reshape((values.shape[0], width))
+    flat, width = _flat(values)
     start = rnp.full((1,), init, dtype=dtype)
     out = call_tir(_kernel(mode, dtype), flat, offsets, start,
                    out=ShapeDtypeStruct((offsets.shape[0] - 1, width), dtype))
@@ -130,6 +154,23 @@ def segment_ids(offsets, total):
     each sequence's rows (a search of the offsets per row took 5 ms for 48 130 rows in 1 024
     sequences, the loops 0.1 ms)."""
     return call_tir(_kernel("ids", "int64"), offsets, out=ShapeDtypeStruct((total,), "int64"))
+
+
+def block_rows(p, v, offsets, block_offsets):
+    """Inside ``jit``: ``p_b @ v_b`` for every sequence, ``p`` a ragged block's packed
+    entries ``(P, *heads)`` and ``v`` the packed rows ``(t, *heads, *rest)`` of the same
+    sequences (float32 or float64, one dtype): ``(t, *heads, *rest)``, one loop nest whose
+    extents are each sequence's length, no temporary of the entries times the rows."""
+    dtype = np.dtype(p.dtype).name
+    heads = tuple(p.shape[1:])
+    pf, nh = _flat(p)
+    rest = 1
+    for d in v.shape[1 + len(heads):]:
+        rest = rest * d
+    vf = v.reshape((v.shape[0], nh, rest))
+    out = call_tir(_kernel("block_rows", dtype), pf, offsets, block_offsets, vf,
+                   out=ShapeDtypeStruct(tuple(vf.shape), dtype))
+    return out.reshape(tuple(v.shape))
 
 
 def segment_reduce(mode: str, values, offsets, init):
