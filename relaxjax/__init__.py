@@ -19,7 +19,7 @@ from .ad_custom import checkpoint, custom_jvp, custom_vjp, remat
 from .vmap import vmap
 from .autobatch import autobatch
 from . import numpy, nn, lax, compile, ragged  # noqa: F401
-from .pykernel import Buffer, call_tir, grid, kernel, math  # noqa: F401
+from .pykernel import Buffer, call_tir, grid, kernel, math, prange  # noqa: F401
 from numpy import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
                    uint8, uint16, uint32, uint64)
 from .cache import clear as _clear_persistent
@@ -45,7 +45,7 @@ def __getattr__(name):
 __all__ = ["InconclusiveDimensionError", "ShapeError", "TracerConversionError", "SymbolicDim",
            "dim", "dims", "CacheInfo", "Compiled", "Jitted", "Lowered", "ShapeDtypeStruct", "jit",
            "make_ir", "match_cast", "IRModule", "Function", "TensorType", "numpy", "nn", "lax",
-           "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "kernel", "math", "bool_",
+           "compile", "KernelSyntaxError", "Buffer", "call_tir", "grid", "prange", "kernel", "math", "bool_",
            "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
            "uint32", "uint64", "clear_cache", "call_library", "register_library", "grad",
            "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "stop_gradient", "custom_vjp", "custom_jvp", "checkpoint", "remat", "vmap",

@@ -62,7 +62,7 @@ def _segment_extremum(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS,
 
 
 def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buffer[PACKED, np.int64]):
-    for s in range(off.shape[0] - 1):
+    for s in pykernel.prange(off.shape[0] - 1):       # the sequences' rows are disjoint
         for i in range(off[s], off[s + 1]):
             ids[i] = s
 
@@ -71,8 +71,9 @@ def _block_rows(p: pykernel.Buffer[ENTRIES, T], off: pykernel.Buffer[OFFSETS, np
                 boff: pykernel.Buffer[OFFSETS, np.int64], v: pykernel.Buffer[TOKENS, T],
                 out: pykernel.Buffer[TOKENS, T]):
     # row i of sequence s: the sum over its columns j of p[s][i, j] * v[s][j]; both loops'
-    # extents the sequence's length (CoRa's variable loops, nested)
-    for s in range(off.shape[0] - 1):
+    # extents the sequence's length (CoRa's variable loops, nested); the sequences' rows
+    # are disjoint, so they run in parallel
+    for s in pykernel.prange(off.shape[0] - 1):
         n = off[s + 1] - off[s]
         for i in range(n):
             for j in range(n):

@@ -158,6 +158,39 @@ def test_loop_kinds_come_from_independence():
     assert not loop_is_independent(row_sum.primfunc.body.body.stmts[1])
 
 
+@rj.kernel
+def fill_segments(off: rj.Buffer[("b1",), "int64"], out: rj.Buffer[("t",), "int64"]):
+    for s in rj.prange(off.shape[0] - 1):       # the sequences' rows are disjoint
+        for i in range(off[s], off[s + 1]):
+            out[i] = s + 1
+
+
+@rj.kernel
+def fill_segments_serial(off: rj.Buffer[("b1",), "int64"], out: rj.Buffer[("t",), "int64"]):
+    for s in range(off.shape[0] - 1):
+        for i in range(off[s], off[s + 1]):
+            out[i] = s + 1
+
+
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=40))
+@settings(max_examples=10, deadline=None)
+def test_prange_runs_loops_the_analysis_cannot_prove_in_parallel(lengths):
+    """``rj.prange``: the author says the iterations are independent (stores to rows read
+    from data, which the loop level cannot prove disjoint): parallel where ``range`` is
+    serial, with the same result on every backend and eagerly."""
+    assert str(fill_segments).splitlines()[2].strip().startswith("parallel for s")
+    assert str(fill_segments_serial).splitlines()[2].strip().startswith("for s")
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    want = np.repeat(np.arange(1, len(lengths) + 1), lengths)
+    S = rj.ShapeDtypeStruct
+    for backend in BACKENDS:
+        for k in (fill_segments, fill_segments_serial):
+            got = rj.jit(lambda off, like, k=k: rj.call_tir(k, off, out=S(like.shape, "int64")),
+                         backend=backend)(off, np.empty(int(off[-1])))
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(rj.call_tir(fill_segments, off, out=S((int(off[-1]),), "int64")), want)
+
+
 def test_user_kernels_are_classified_like_generated_ones():
     assert classify_primfunc(row_scale.primfunc) == "injective"
     assert classify_primfunc(row_sum.primfunc) == "opaque"
@@ -377,7 +410,7 @@ def _define(src: str):
      r"captures an array \(W\) from its enclosing scope"),
     ("for i in range(x.shape[0]):\n        out[i] = x[i, 0]", TypeError, r"x has rank 1, indexed with 2"),
     ("for i in range(x.shape[0]):\n        out[i] = x[i * 0.5]", TypeError, r"must be an integer, got float64"),
-    ("for i in x:\n        out[0] = i", rj.KernelSyntaxError, r"iterate over range\(...\) or rj.grid"),
+    ("for i in x:\n        out[0] = i", rj.KernelSyntaxError, r"iterate over range\(...\), rj.prange\(...\) or rj.grid"),
     ("for i in range(x.shape[0]):\n        pass\n    out[0] = x[i]", rj.KernelSyntaxError,
      r"loop variable i is used after its loop"),
 ])

@@ -9,7 +9,7 @@ loop-level program (``relaxjax.compile.tir.PrimFunc``) with symbolic buffer shap
 * ``lang.py``, ``math.py``: ``rj.Buffer``, ``rj.grid``, ``rj.math``.
 """
 from .call import Kernel, call_tir, kernel
-from .lang import Buffer, BufferSpec, grid
+from .lang import Buffer, BufferSpec, grid, prange
 from . import math
 
-__all__ = ["Kernel", "call_tir", "kernel", "Buffer", "BufferSpec", "grid", "math"]
+__all__ = ["Kernel", "call_tir", "kernel", "Buffer", "BufferSpec", "grid", "prange", "math"]

@@ -120,6 +120,15 @@ class Buffer:
         return BufferSpec(tuple(dims), dt.canonical(dtype))
 
 
+def prange(*args):
+    """``for i in rj.prange(n)`` (or ``(start, stop[, step])``): a ``range`` whose iterations
+    the kernel's author says are independent, as numba's ``prange``: run in parallel where
+    it is the outermost loop (and vectorized where it is the innermost) even when the loop
+    level cannot prove it, e.g. stores to rows read from data (``out[off[s] + i]``).  A
+    wrong claim is a data race."""
+    return range(*args)
+
+
 def grid(*extents):
     """``for i, j in rj.grid(n, m)``: the nested loops ``for i in range(n): for j in range(m)``."""
     return itertools.product(*(range(int(e)) for e in extents))

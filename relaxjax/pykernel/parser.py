@@ -280,8 +280,8 @@ class Builder:
         f = self.callee(node)
         if node.keywords:
             self.fail(node, "keyword arguments are not supported in kernel calls")
-        if f in (builtins.range, lang.grid):
-            self.fail(node, "range(...) and rj.grid(...) are only for `for` loops")
+        if f in (builtins.range, lang.prange, lang.grid):
+            self.fail(node, "range(...), rj.prange(...) and rj.grid(...) are only for `for` loops")
         if any(isinstance(a, ast.Starred) for a in node.args):
             self.fail(node, "starred arguments are only for rj.grid(*x.shape)")
         args = [self.expr(a) for a in node.args]
@@ -432,13 +432,15 @@ class Builder:
     def s_For(self, s):
         call = s.iter
         f = self.callee(call) if isinstance(call, ast.Call) else None
-        if f not in (builtins.range, lang.grid) or call.keywords:
-            self.fail(s, "for loops iterate over range(...) or rj.grid(...)")
+        if f not in (builtins.range, lang.prange, lang.grid) or call.keywords:
+            self.fail(s, "for loops iterate over range(...), rj.prange(...) or rj.grid(...)")
         targets = s.target.elts if isinstance(s.target, ast.Tuple) else [s.target]
-        if f is builtins.range:
+        independent = f is lang.prange
+        if f is not lang.grid:
             args = [self.expr(a) for a in call.args]
             if not 1 <= len(args) <= 3 or len(targets) != 1:
-                self.fail(s, "for i in range(stop), range(start, stop) or range(start, stop, step)")
+                self.fail(s, f"for i in {'rj.prange' if independent else 'range'}(stop), (start, stop) or "
+                             f"(start, stop, step)")
             specs = [(0, args[0], 1) if len(args) == 1 else tuple(args) + (1,) * (3 - len(args))]
         else:
             exts = []
@@ -457,7 +459,7 @@ class Builder:
             lo, hi = self.bound(s, start), self.bound(s, stop)
             if step == 1:
                 var = tir.fresh(tn.id, self.taken)
-                loops.append(For(var, hi, "serial", None, lo))
+                loops.append(For(var, hi, "serial", None, lo, independent))
                 self.env[tn.id] = Val(var, True)
                 continue
             if not isinstance(step, int) or isinstance(step, bool) or step == 0:
@@ -470,7 +472,7 @@ class Builder:
                 a, b = (hi, lo) if step < 0 else (lo, hi)
                 count = (b - a + Const(abs(step) - 1, INDEX)) // Const(abs(step), INDEX)
             var = tir.fresh(tn.id, self.taken)
-            loops.append(For(var, count, "serial", None))
+            loops.append(For(var, count, "serial", None, independent=independent))
             off = var * Const(abs(step), INDEX)
             self.env[tn.id] = Val(lo + off if step > 0 else lo - off, True)
         body = seq(self.block(s.body))

@@ -118,10 +118,11 @@ def _has_loop(s) -> bool:
 
 def mark_loop_kinds(body: Stmt) -> Stmt:
     """Set the kind of every serial loop in ``body`` (in place; returns ``body``): an
-    independent loop (``loop_is_independent``) is "parallel" when no loop encloses it,
+    independent loop (``loop_is_independent``, or said to be: ``For.independent``) is
+    "parallel" when no loop encloses it,
     else "vectorized" when it is innermost; every other loop stays "serial"."""
     for s, enclosing in walk_stmts_scoped(body):
-        if isinstance(s, For) and s.kind == "serial" and loop_is_independent(s):
+        if isinstance(s, For) and s.kind == "serial" and (s.independent or loop_is_independent(s)):
             if not enclosing:
                 s.kind = "parallel"
             elif not _has_loop(s.body):

@@ -264,6 +264,8 @@ class For(Stmt):
     kind: str
     body: Stmt
     start: Expr = field(default_factory=lambda: Const(0, INDEX))
+    # the kernel's author says the iterations are independent (``rj.prange``)
+    independent: bool = False
 
 
 @dataclass(eq=False)
