@@ -18,7 +18,9 @@ What runs on the packed values needs no padding at all:
   ``axis=1``, ``keepdims`` too) and :func:`softmax` over it: inside ``jit``, loops whose
   extent is read from the offsets, ``for i in range(off[s], off[s + 1])`` per sequence ``s``
   (CoRa's variable loops, :mod:`relaxjax.ragged_segments`; float32/64, int32/64); outside
-  ``jit`` and for other dtypes, scatters into the sequences (:meth:`RaggedArray.segment_ids`).
+  ``jit`` and for other dtypes, scatters into the sequences (:meth:`RaggedArray.segment_ids`);
+- reductions over the batch axis (``axis=0``): position ``p`` over the sequences longer than
+  ``p`` (NumPy's masked arrays on the padded form), ``(longest, *inner)``.
 
 ``to_padded`` gathers into ``(batch, max_len, *inner)``; ``from_padded`` packs back.
 
@@ -117,6 +119,9 @@ def softmax(r: "RaggedArray | RaggedBlock", axis: int = -1) -> "RaggedArray | Ra
     if isinstance(r, RaggedBlock):
         return r.softmax(axis)
     a = r._inner_axis(axis, "softmax")
+    if a < 0:
+        raise NotImplementedError("ragged softmax over the batch axis (0): the sequences' positions do not "
+                                  "line up; softmax over the ragged axis (1) or an inner one")
     if a:
         return r.with_values(nn.softmax(r.values, axis=a))
     ids = r.segment_ids()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import optree
 
+from . import lax
 from . import numpy as rnp
 from .core import Tracer, current_trace
 from .ir import Var
@@ -23,6 +24,17 @@ def note_ragged(values, offsets, kind: str) -> None:
     if isinstance(values, Tracer) and isinstance(offsets, Tracer) and values.ctx is offsets.ctx \
             and values.ctx is current_trace() and isinstance(values.atom, Var):
         values.ctx.ragged[values.atom] = (offsets.atom, kind)
+
+
+def _filled(dep, shape: tuple, fill, dtype):
+    """``full(shape, fill, dtype)``, computed from ``dep`` (an int64 array of ``shape[0]``):
+    an array sized by a run-time dim must not be made before the op that binds the dim, and
+    the pipeline schedules an array made from nothing early (on the CUDA backend ahead of
+    ``iota_count``); reading ``dep`` keeps it after.  ``dep`` None: a plain ``full``."""
+    if dep is None or not isinstance(dep, Tracer):
+        return rnp.full(shape, fill, dtype=dtype)
+    zero = (dep * 0).astype(dtype).reshape((-1,) + (1,) * (len(shape) - 1))
+    return rnp.broadcast_to(zero + rnp.asarray(fill, dtype=dtype), shape)
 
 
 def _traced(*xs) -> bool:
@@ -153,10 +165,46 @@ class RaggedArray(PackedOperators):
         if not 0 <= a < n:
             raise np.exceptions.AxisError(f"ragged {what}: axis {axis} is out of bounds for a ragged "
                                           f"array of {n} dims (batch, ragged, *inner)")
-        if a == 0:
-            raise NotImplementedError(f"ragged {what} over the batch axis (0): reduce over the "
-                                      f"ragged axis (1) first")
-        return a - 1
+        return a - 1          # the batch axis: -1
+
+    def _positions(self) -> tuple:
+        """Each packed row's position in its sequence (total,), and the positions 0 up to
+        the longest length (longest,); inside ``jit`` the longest length is a run-time dim,
+        bound here once for every reduction that uses it."""
+        pos = rnp.arange(self.values.shape[0]) - rnp.take(self.offsets, self.segment_ids(), axis=0)
+        longest = rnp.max(rnp.concatenate([rnp.zeros(1, "int64"), self.lengths.astype("int64")]))
+        if _traced(self.values, self.offsets):
+            return pos, lax.iota_count(longest)
+        return pos, np.arange(int(longest), dtype=np.int64)
+
+    def _by_position(self, mode: str, init, positions: tuple):
+        """Per position (``_positions``), the rows there combined by ``mode`` (add / max /
+        min) over the sequences that reach it: (longest, *inner), and how many do."""
+        pos, at = positions
+        acc = _filled(at, (at.shape[0],) + self.inner_shape, init, self.dtype)
+        combined = lax.scatter.bind(acc, pos, rnp.asarray(self.values), axis=0, mode=mode, oob="drop")
+        count = lax.scatter.bind(_filled(at, (at.shape[0],), 0, "int64"), pos, rnp.ones(pos.shape, "int64"),
+                                 axis=0, mode="add", oob="drop")
+        return combined, count
+
+    def _over_batch(self, what: str, keepdims: bool):
+        """The batch axis reduced as NumPy's masked arrays reduce the padded form with the
+        padding masked: position p over the sequences longer than p; (longest, *inner)."""
+        count_shape = (-1,) + (1,) * len(self.inner_shape)
+        positions = self._positions()
+        if what in ("sum", "max", "min"):
+            floating = np.issubdtype(self.dtype, np.floating)
+            init = {"sum": 0, "max": -np.inf if floating else np.iinfo(self.dtype).min,
+                    "min": np.inf if floating else np.iinfo(self.dtype).max}[what]
+            out = self._by_position({"sum": "add"}.get(what, what), init, positions)[0]
+        else:
+            total, count = self._by_position("add", 0, positions)
+            mean = total / count.reshape(count_shape)
+            out = mean
+            if what == "var":                         # the deviations from each position's mean
+                dev = self.values - rnp.take(mean, positions[0], axis=0)
+                out = self.with_values(dev * dev)._by_position("add", 0, positions)[0] / count.reshape(count_shape)
+        return rnp.expand_dims(out, 0) if keepdims else out
 
     def _segment(self, mode: str, init):
         """Per sequence, the rows combined by ``mode`` (add / max / min): (batch, *inner).
@@ -166,8 +214,7 @@ class RaggedArray(PackedOperators):
             return segment_reduce(mode, self.values, self.offsets, init)
         shape = (self.batch,) + self.inner_shape
         acc = rnp.full(shape, init, dtype=self.dtype)
-        at = acc.at[self.segment_ids()]
-        return {"add": at.add, "max": at.max, "min": at.min}[mode](self.values)
+        return lax.scatter.bind(acc, self.segment_ids(), self.values, axis=0, mode=mode, oob="drop")
 
     def _per_sequence(self, out, keepdims: bool):
         """A reduction over the ragged axis, (batch, *inner), with that axis kept as 1."""
@@ -177,6 +224,8 @@ class RaggedArray(PackedOperators):
         if axis is None:
             return rnp.sum(self.values)
         a = self._inner_axis(axis, "sum")
+        if a < 0:
+            return self._over_batch("sum", keepdims)
         return self._per_sequence(self._segment("add", 0), keepdims) if a == 0 else \
             self.with_values(rnp.sum(self.values, axis=a, keepdims=keepdims))
 
@@ -184,6 +233,8 @@ class RaggedArray(PackedOperators):
         if axis is None:
             return rnp.mean(self.values)
         a = self._inner_axis(axis, "mean")
+        if a < 0:
+            return self._over_batch("mean", keepdims)
         if a:
             return self.with_values(rnp.mean(self.values, axis=a, keepdims=keepdims))
         return self._per_sequence(self._segment("add", 0) / self._counts(), keepdims)
@@ -199,6 +250,8 @@ class RaggedArray(PackedOperators):
         if axis is None:
             return rnp.var(self.values)
         a = self._inner_axis(axis, "var")
+        if a < 0:
+            return self._over_batch("var", keepdims)
         if a:
             return self.with_values(rnp.var(self.values, axis=a, keepdims=keepdims))
         dev = self.values - self.mean(axis=1)[self.segment_ids()]
@@ -208,6 +261,8 @@ class RaggedArray(PackedOperators):
         if axis is None:
             return (rnp.max if mode == "max" else rnp.min)(self.values)
         a = self._inner_axis(axis, mode)
+        if a < 0:
+            return self._over_batch(mode, keepdims)
         if a:
             return self.with_values((rnp.max if mode == "max" else rnp.min)(self.values, axis=a, keepdims=keepdims))
         # an empty sequence: the identity, -inf for max and inf for min (or the integer

@@ -70,7 +70,7 @@ from .core import Tracer, current_trace
 from .lax import check_equal
 from .ad_custom import custom_vjp
 from .ragged_segments import block_rows, has_kernel
-from .ragged_array import PackedOperators, RaggedArray, _rows_like, note_ragged, _same_offsets, _same_sequences, _traced
+from .ragged_array import PackedOperators, RaggedArray, _filled, _rows_like, note_ragged, _same_offsets, _same_sequences, _traced
 
 __all__ = ["RaggedBlock", "matmul_t", "causal_mask"]
 
@@ -106,17 +106,6 @@ def _index(offsets, block_offsets, entries) -> _Index:
     j = local - i * width
     start = rnp.take(offsets, seq, axis=0)
     return _Index(seq, i, j, start + i, start + j)
-
-
-def _filled(dep, shape: tuple, fill, dtype):
-    """``full(shape, fill, dtype)``, computed from ``dep`` (an int64 array of ``shape[0]``):
-    an array sized by a run-time dim must not be made before the op that binds the dim, and
-    the pipeline schedules an array made from nothing early (on the CUDA backend ahead of
-    ``iota_count``); reading ``dep`` keeps it after.  ``dep`` None: a plain ``full``."""
-    if dep is None or not isinstance(dep, Tracer):
-        return rnp.full(shape, fill, dtype=dtype)
-    zero = (dep * 0).astype(dtype).reshape((-1,) + (1,) * (len(shape) - 1))
-    return rnp.broadcast_to(zero + rnp.asarray(fill, dtype=dtype), shape)
 
 
 def _expand_trailing(x, rank: int):

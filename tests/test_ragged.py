@@ -189,7 +189,7 @@ def test_reductions_over_the_ragged_axis_in_every_dtype(lengths, inner, dtype, s
     """sum/max/min over each sequence inside ``jit``: loops over ``offsets[s]..offsets[s+1]``
     (``ragged_segments``) for float32/64 and int32/64, the scatter for the others; NumPy's
     per-sequence result (an empty sequence: 0, the dtype's least, its greatest), the sum in
-    the values' dtype, as the scatter gave it, on every backend."""
+    the values' dtype, as the scatter gave it, eagerly and on every backend."""
     rng = np.random.default_rng(seed)
     n = int(sum(lengths))
     values = (rng.standard_normal((n, *inner)) * 20).astype(dtype)
@@ -201,8 +201,8 @@ def test_reductions_over_the_ragged_axis_in_every_dtype(lengths, inner, dtype, s
     want_max = np.stack([p.max(0) if len(p) else np.full(inner, low) for p in parts])
     want_min = np.stack([p.min(0) if len(p) else np.full(inner, high) for p in parts])
     tol = {"float16": 5e-2, "float32": 1e-5}.get(dtype, 1e-12)
-    for backend in BACKENDS:
-        s, mx, mn = _EXTREMES[backend](r)
+    for backend in ["eager"] + BACKENDS:         # eagerly: on the NumPy arrays, a scatter
+        s, mx, mn = _extremes(r) if backend == "eager" else _EXTREMES[backend](r)
         assert s.dtype == mx.dtype == mn.dtype == np.dtype(dtype)
         np.testing.assert_allclose(s.astype(np.float64), want_sum, rtol=tol, atol=tol * 100)
         np.testing.assert_array_equal(mx, want_max.astype(dtype))
@@ -245,3 +245,32 @@ def test_printed_ir_shows_ragged_types():
     assert "= matmul(r_values, w)  # ragged f32[r_offsets0 - 1, len[r_offsets], w1]" in text
     block = rj.jit(lambda q: ragged.matmul_t(q, q).values).lower(r).as_text("traced")
     assert "# ragged f32[r_offsets0 - 1, len[r_offsets], len[r_offsets]]" in block.replace("q_", "r_")
+
+
+def _over_batch(r):
+    return (r.sum(axis=0), r.mean(axis=0), r.max(axis=0), r.min(axis=0, keepdims=True), r.var(axis=0))
+
+
+@given(lengths=LENGTHS, inner=st.sampled_from([(), (3,)]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=15, deadline=None)
+def test_reductions_over_the_batch_axis_are_numpys_masked_ones(lengths, inner, seed):
+    """Over the batch axis (0), position p is reduced over the sequences longer than p:
+    NumPy's masked arrays on the padded form with the padding masked, (longest, *inner)
+    (inside ``jit`` the longest length is a run-time dim), eagerly and on every backend."""
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((int(sum(lengths)), *inner))
+    r = ragged.from_lengths(values, np.array(lengths))
+    longest = max(lengths)
+    padded = np.zeros((len(lengths), longest, *inner))
+    mask = np.ones_like(padded, dtype=bool)
+    for b, part in enumerate(np.split(values, np.cumsum(lengths)[:-1])):
+        padded[b, :len(part)], mask[b, :len(part)] = part, False
+    m = np.ma.masked_array(padded, mask)
+    want = [m.sum(0), m.mean(0), m.max(0), m.min(0, keepdims=True), m.var(0)]
+    runs = [("eager", _over_batch(r))] + [(b, rj.jit(_over_batch, backend=b)(r)) for b in BACKENDS]
+    for where, got in runs:
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, where
+            np.testing.assert_allclose(g, np.ma.getdata(w), rtol=1e-12, atol=1e-12, err_msg=where)
+    with pytest.raises(NotImplementedError, match="softmax over the batch axis"):
+        ragged.softmax(r, axis=0)
