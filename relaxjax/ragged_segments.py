@@ -35,30 +35,20 @@ DTYPES = ("float32", "float64", "int32", "int64")
 # the result; T, the element type, is bound in each kernel's copy (``_kernel``)
 ROWS, OFFSETS, ONE, RESULT, T = ("t", "d"), ("b1",), (1,), ("b", "d"), "float32"
 PACKED = ("t",)
-EXTREMUM = max
+COMBINE = np.add
 # a ragged block's entries (P of them, nh values each: its inner dims) and the tokens' rows
 # (nh x nd values: the block's inner dims, then the rest)
 ENTRIES, TOKENS = ("P", "nh"), ("t", "nh", "nd")
 
 
-def _segment_add(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
-                 init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
+def _segment_reduce(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
+                    init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
     for s in range(out.shape[0]):
         for j in range(x.shape[1]):
             out[s, j] = init[0]
         for i in range(off[s], off[s + 1]):
             for j in range(x.shape[1]):
-                out[s, j] = out[s, j] + x[i, j]
-
-
-def _segment_extremum(x: pykernel.Buffer[ROWS, T], off: pykernel.Buffer[OFFSETS, np.int64],
-                      init: pykernel.Buffer[ONE, T], out: pykernel.Buffer[RESULT, T]):
-    for s in range(out.shape[0]):
-        for j in range(x.shape[1]):
-            out[s, j] = init[0]
-        for i in range(off[s], off[s + 1]):
-            for j in range(x.shape[1]):
-                out[s, j] = EXTREMUM(out[s, j], x[i, j])
+                out[s, j] = COMBINE(out[s, j], x[i, j])
 
 
 def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buffer[PACKED, np.int64]):
@@ -83,16 +73,16 @@ def _block_rows(p: pykernel.Buffer[ENTRIES, T], off: pykernel.Buffer[OFFSETS, np
                         out[off[s] + i, c, e] = out[off[s] + i, c, e] + w * v[off[s] + j, c, e]
 
 
-# the function of each reduction, and what it binds: EXTREMUM, max or min
-_SOURCES = {"add": (_segment_add, {}), "max": (_segment_extremum, {"EXTREMUM": max}),
-            "min": (_segment_extremum, {"EXTREMUM": min}), "ids": (_segment_of_rows, {}),
+# each kernel's function, and what it binds: COMBINE, a reduction's combining function
+_SOURCES = {"add": (_segment_reduce, {"COMBINE": np.add}), "max": (_segment_reduce, {"COMBINE": max}),
+            "min": (_segment_reduce, {"COMBINE": min}), "ids": (_segment_of_rows, {}),
             "block_rows": (_block_rows, {})}
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(mode: str, dtype: str):
     """The kernel of reduction ``mode`` over elements of ``dtype``: its function above with
-    ``T`` (and ``EXTREMUM``) bound in its globals (the annotations are strings, evaluated
+    ``T`` (and ``COMBINE``) bound in its globals (the annotations are strings, evaluated
     there; the kernel language reads globals when it parses the body)."""
     fn, binds = _SOURCES[mode]
     copy = types.FunctionType(fn.__code__, {**fn.__globals__, "T": dtype, **binds}, fn.__name__)

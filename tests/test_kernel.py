@@ -191,6 +191,26 @@ def test_prange_runs_loops_the_analysis_cannot_prove_in_parallel(lengths):
     np.testing.assert_array_equal(rj.call_tir(fill_segments, off, out=S((int(off[-1]),), "int64")), want)
 
 
+@rj.kernel
+def ufunc_calls(x: rj.Buffer[("n",), "float32"], y: rj.Buffer[("n",), "float32"],
+                out: rj.Buffer[("n",), "float32"]):
+    for i in range(x.shape[0]):
+        out[i] = np.true_divide(np.add(np.multiply(x[i], y[i]), np.subtract(x[i], 1.0)), y[i])
+
+
+def test_numpy_arithmetic_ufuncs_as_functions_in_kernels():
+    """``np.add``/``subtract``/``multiply``/``true_divide`` called in a kernel are its
+    operators (a combining step can be passed as a value), float32 as NumPy computes it."""
+    x = np.linspace(-2, 3, 7, dtype=np.float32)
+    y = np.linspace(0.5, 4, 7, dtype=np.float32)
+    want = (x * y + (x - np.float32(1.0))) / y
+    S = rj.ShapeDtypeStruct
+    for backend in BACKENDS:
+        got = rj.jit(lambda x, y: rj.call_tir(ufunc_calls, x, y, out=S(x.shape, x.dtype)), backend=backend)(x, y)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert got.dtype == np.float32
+
+
 def test_user_kernels_are_classified_like_generated_ones():
     assert classify_primfunc(row_scale.primfunc) == "injective"
     assert classify_primfunc(row_sum.primfunc) == "opaque"

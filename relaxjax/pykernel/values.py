@@ -105,11 +105,16 @@ for _op, _uf, _fns in [
 for _op, _uf, _fns in [("atan2", "arctan2", [np.arctan2, pymath.atan2]),
                        ("pow", "power", [np.power, pymath.pow, builtins.pow]),
                        ("max", "maximum", [np.maximum, builtins.max]),
-                       ("min", "minimum", [np.minimum, builtins.min])]:
+                       ("min", "minimum", [np.minimum, builtins.min]),
+                       # NumPy's arithmetic ufuncs as functions: a kernel's combining step
+                       # passed as a value (ragged_segments' reductions)
+                       ("add", "add", [np.add]), ("sub", "subtract", [np.subtract]),
+                       ("mul", "multiply", [np.multiply]), ("div", "true_divide", [np.true_divide])]:
     for _f in _fns:
         BINARY[_f] = (_op, _uf)
 _CAST_TYPES = set(lang.CASTS.values())
-_SUPPORTED_CALLS = ("range/rj.grid (in for), min, max, abs, pow, len, float, int, bool, casts "
+_SUPPORTED_CALLS = ("range/rj.prange/rj.grid (in for), min, max, abs, pow, len, float, int, bool, "
+                    "np.add/subtract/multiply/true_divide, casts "
                     "(rj.float32(v), ...), rj.math.* and math.* functions")
 
 
