@@ -35,17 +35,16 @@ packed rows ``offsets[b] + i`` and ``offsets[b] + j`` of the tokens it pairs.  S
 - reductions and :meth:`RaggedBlock.softmax` over the columns (rows) are segment
   reductions, a scatter at each entry's row (column);
 - ``block @ v`` (a ``RaggedArray`` again): inside ``jit``, for float32/float64, a loop
-  nest whose loops run over each sequence's rows and columns, their extents its length
-  read from the offsets (CoRa's variable loops, ``ragged_segments.block_rows``), summing
-  ``p[i, j] * v[j]`` into row ``i`` directly; elsewhere a scatter of those products.
+  nest parallel over the packed rows, each summing ``p[i, j] * v[j]`` over its sequence's
+  columns, the loop's extent the sequence's length read from the offsets (CoRa's variable
+  loops, ``ragged_segments.block_rows``); elsewhere a scatter of those products.
 
 These are primitives every backend runs (``take``, ``scatter``, ``cumsum``, the host-side
 ``iota_count``, loop-level programs), so blocks work on every backend, eagerly on NumPy
 arrays too, and one compile serves every batch of every lengths.  The cost: ``matmul_t``'s
-gathers fuse with its sum (one kernel, no temporary); the variable loops of ``@`` run one
-sequence after the other (their stores go to rows read from the offsets, which the loop
-level cannot prove disjoint), 6.5-9.5x faster than the scatter of every entry's product
-(benchmarks/RESULTS.md, session 14), still 6x slower than the varlen attention kernel.
+gathers fuse with its sum (one kernel, no temporary); the variable loops of ``@`` run
+8-10x faster than the scatter of every entry's product (benchmarks/RESULTS.md, session 14),
+still 4-5x slower than the varlen attention kernel.
 
 Two blocks from separate ``matmul_t`` calls have unrelated run-time dims: an op on both
 compares their offsets when it runs and asserts (``match_cast``) the second's entry count

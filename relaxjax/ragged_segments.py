@@ -58,19 +58,21 @@ def _segment_of_rows(off: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buff
 
 
 def _block_rows(p: pykernel.Buffer[ENTRIES, T], off: pykernel.Buffer[OFFSETS, np.int64],
-                boff: pykernel.Buffer[OFFSETS, np.int64], v: pykernel.Buffer[TOKENS, T],
-                out: pykernel.Buffer[TOKENS, T]):
-    # row i of sequence s: the sum over its columns j of p[s][i, j] * v[s][j]; both loops'
-    # extents the sequence's length (CoRa's variable loops, nested); the sequences' rows
-    # are disjoint, so they run in parallel
-    for s in pykernel.prange(off.shape[0] - 1):
+                boff: pykernel.Buffer[OFFSETS, np.int64], ids: pykernel.Buffer[PACKED, np.int64],
+                v: pykernel.Buffer[TOKENS, T], out: pykernel.Buffer[TOKENS, T]):
+    # every packed row r, in parallel (its own output row): row i of its sequence s, the
+    # sum over the sequence's columns j of p[s][i, j] * v[s][j], the loop's extent the
+    # sequence's length (CoRa's variable loops); work is split by rows, not by sequences,
+    # so one long sequence spreads over the threads
+    for r in range(v.shape[0]):
+        s = ids[r]
         n = off[s + 1] - off[s]
-        for i in range(n):
-            for j in range(n):
-                for c in range(p.shape[1]):
-                    w = p[boff[s] + i * n + j, c]
-                    for e in range(v.shape[2]):
-                        out[off[s] + i, c, e] = out[off[s] + i, c, e] + w * v[off[s] + j, c, e]
+        row = boff[s] + (r - off[s]) * n
+        for j in range(n):
+            for c in range(p.shape[1]):
+                w = p[row + j, c]
+                for e in range(v.shape[2]):
+                    out[r, c, e] = out[r, c, e] + w * v[off[s] + j, c, e]
 
 
 # each kernel's function, and what it binds: COMBINE, a reduction's combining function
@@ -159,7 +161,8 @@ def block_rows(p, v, offsets, block_offsets):
     for d in v.shape[1 + len(heads):]:
         rest = rest * d
     vf = v.reshape((v.shape[0], nh, rest))
-    out = call_tir(_kernel("block_rows", dtype), pf, offsets, block_offsets, vf,
+    ids = segment_ids(offsets, v.shape[0])
+    out = call_tir(_kernel("block_rows", dtype), pf, offsets, block_offsets, ids, vf,
                    out=ShapeDtypeStruct(tuple(vf.shape), dtype))
     return out.reshape(tuple(v.shape))
 
