@@ -434,3 +434,32 @@ def test_failed_match_cast_is_a_shape_error(backend):
     with pytest.raises(rj.ShapeError, match=r"match_cast .*(axis 0 has 2, expected n = 3|"
                                              r"float32\[2\], expected f32\[n\] with n=3)"):
         g(np.array([1.0, -2.0, 3.0], np.float32))
+
+
+@rj.kernel
+def _rows_of_sequences(off: rj.Buffer[("b1",), "int64"], out: rj.Buffer[("t",), "int64"]):
+    for s in rj.prange(off.shape[0] - 1):       # parallel; the inner loop's bounds read s
+        for i in range(off[s], off[s + 1]):
+            out[i] = s + 1
+
+
+@pytest.mark.parametrize("backend", RUN_BACKENDS)
+def test_variable_loops_inside_parallel_loops(backend):
+    """A loop whose bounds read an enclosing parallel loop's variable (CoRa's variable
+    loops: ``for i in range(off[s], off[s + 1])``) has no one trip count for the grid: it
+    runs per row (the generated C once referred to ``s`` outside its loop); a user kernel
+    and the ragged reductions built on such loops, against NumPy."""
+    from relaxjax import ragged
+    lengths = np.array([3, 0, 1, 7, 2])
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    x = np.arange(13 * 4, dtype=np.float32).reshape(13, 4)
+    S = rj.ShapeDtypeStruct
+
+    def f(off, x):
+        r = ragged.from_offsets(x, off)
+        return rj.call_tir(_rows_of_sequences, off, out=S(x.shape[:1], "int64")), r.sum(axis=1), r.max(axis=1)
+    ids, total, top = rj.jit(f, backend=backend)(off, x)
+    np.testing.assert_array_equal(ids, np.repeat(np.arange(1, 6), lengths))
+    parts = np.split(x, off[1:-1])
+    np.testing.assert_allclose(total, np.stack([p.sum(0) for p in parts]))
+    np.testing.assert_array_equal(top, np.stack([p.max(0) if len(p) else np.full(4, -np.inf) for p in parts]))

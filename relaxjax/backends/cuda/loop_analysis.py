@@ -18,8 +18,15 @@ def trip_count(loop: For):
 
 
 def leading_loops(s) -> tuple:
+    """The parallel/vectorized loops a phase's grid flattens, outermost first, and the body
+    inside them.  A loop whose bounds read an enclosing loop's variable (a variable loop:
+    ``for i in range(off[s], off[s + 1])``) has no one trip count for the grid: it stays
+    in the body, run per row."""
     loops = []
     while isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+        outer = {lp.var.name for lp in loops}
+        if any(isinstance(x, Var) and x.name in outer for e in (s.start, s.extent) for x in walk_expr(e)):
+            break
         loops.append(s)
         s = s.body
     return loops, s
