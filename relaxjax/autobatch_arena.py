@@ -154,13 +154,9 @@ def _param_names(cell: Jitted, tree, n: int) -> list:
 
 def _compiled_main(f: Jitted):
     """The graph function of ``f``'s compiled entry (a batched cell compiles one: its dims
-    are symbolic), or None.  (Jitted keeps entries by exact shapes and by key.)"""
-    for e in f._exact.values():
-        return e.module.main
-    for entries in f._cache.values():
-        for e in entries:
-            return e.module.main
-    return None
+    are symbolic), or None."""
+    modules = f.compiled_modules()
+    return modules[0].main if modules else None
 
 
 def _moves_only(prim) -> bool:

@@ -359,6 +359,18 @@ class Jitted:
                          sum(len(v) for v in self._cache.values()) +
                          len({id(e) for e in list(self._exact.values())}))
 
+    def compiled_modules(self) -> list:
+        """The graph module of each compiled entry, as its backend runs it (after the
+        pipeline), most recently used first; one per entry (an entry found both by exact
+        shapes and by key counts once)."""
+        seen, out = set(), []
+        entries = list(reversed(list(self._exact.values()))) + [e for v in list(self._cache.values()) for e in v]
+        for e in entries:
+            if id(e) not in seen:
+                seen.add(id(e))
+                out.append(e.module)
+        return out
+
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
