@@ -1,19 +1,25 @@
-"""Reductions over a ragged array's sequences as loops whose extent is read from the offsets
-(CoRa's variable loops, Fegade et al., MLSys 2022): ``for s in range(batch): for i in
-range(offsets[s], offsets[s + 1])``, a loop-level program (``@rj.kernel``) that every
-backend compiles, parallel over the sequences and vectorized over the inner dims.
+"""Loops whose extent is read from a ragged array's offsets (CoRa's variable loops, Fegade
+et al., MLSys 2022): ``for s in range(batch): for i in range(offsets[s], offsets[s + 1])``,
+loop-level programs (``@rj.kernel``) that every backend compiles, for the ragged ops that
+run over each sequence's rows:
 
-The way it was done before (and still is outside ``jit``, and for dtypes without a kernel
-here) is a scatter of every packed row into its sequence's accumulator (``segment_ids``),
-which the loop level runs as one serial loop over the rows.  Inside ``jit`` the variable
-loops run 2.2-6.3x faster (float32 rows of 512 on 2 threads, 3 051 to 48 130 rows in 64 to
-1024 sequences; benchmarks/RESULTS.md, session 14).
+- reductions over the sequences (``segment_reduce``: sum, max, min; float32/64, int32/64),
+  parallel over the sequences and vectorized over the inner dims;
+- each packed row's sequence (``segment_ids``), the sequences in parallel (``rj.prange``);
+- a ragged block times the rows of the same sequences (``block_rows``), parallel over the
+  rows, each over its sequence's columns.
 
-The kernels are written once per reduction over an element type ``T`` that each copy of the
-function is given in its globals (``_kernel``), so their text is the one below for every
-dtype.  A user's gradient goes through ``rj.custom_vjp`` with the scatter's rule (the
-cotangent of a sum spread back over each sequence's rows; of a max or min shared among the
-rows that attain it, and the empty sequence's identity, as the scatter shares it).
+What they replace (and what still runs outside ``jit`` and for other dtypes) are scatters
+of every packed row or block entry into its sequence, which the loop level runs as one
+serial loop, and searches of the offsets per row.  Inside ``jit`` the sum runs 2-5.5x
+faster, the block product 8-10x (benchmarks/RESULTS.md, session 14).
+
+Each kernel is written once over an element type ``T`` (and a combining function
+``COMBINE``) that each copy of the function gets in its globals (``_kernel``).  Gradients go
+through ``rj.custom_vjp``: a reduction's with the scatter's rule (the cotangent of a sum
+spread back over each sequence's rows; of a max or min shared among the rows that attain
+it, and the empty sequence's identity, as the scatter shares it); the block product's in
+``ragged_block``.
 """
 from __future__ import annotations
 
@@ -23,8 +29,8 @@ import types
 import numpy as np
 
 from . import numpy as rnp
-from .ad_custom import custom_vjp
 from . import pykernel
+from .ad_custom import custom_vjp
 from .pykernel import call_tir, kernel
 from .structs import ShapeDtypeStruct
 
@@ -145,7 +151,7 @@ def _differentiable(mode: str, init) -> custom_vjp:
 def segment_ids(offsets, total):
     """Inside ``jit``: each of the ``total`` packed rows' sequence, written by a loop over
     each sequence's rows (a search of the offsets per row took 5 ms for 48 130 rows in 1 024
-    sequences, the loops 0.1 ms)."""
+    sequences, the loops 0.04 ms)."""
     return call_tir(_kernel("ids", "int64"), offsets, out=ShapeDtypeStruct((total,), "int64"))
 
 
