@@ -193,10 +193,8 @@ class RaggedArray(PackedOperators):
         count_shape = (-1,) + (1,) * len(self.inner_shape)
         positions = self._positions()
         if what in ("sum", "max", "min"):
-            floating = np.issubdtype(self.dtype, np.floating)
-            init = {"sum": 0, "max": -np.inf if floating else np.iinfo(self.dtype).min,
-                    "min": np.inf if floating else np.iinfo(self.dtype).max}[what]
-            out = self._by_position({"sum": "add"}.get(what, what), init, positions)[0]
+            mode = {"sum": "add"}.get(what, what)
+            out = self._by_position(mode, self._identity(mode), positions)[0]
         else:
             total, count = self._by_position("add", 0, positions)
             mean = total / count.reshape(count_shape)
@@ -220,24 +218,35 @@ class RaggedArray(PackedOperators):
         """A reduction over the ragged axis, (batch, *inner), with that axis kept as 1."""
         return rnp.expand_dims(out, 1) if keepdims else out
 
-    def sum(self, axis=None, keepdims: bool = False):
+    def _elsewhere(self, what: str, dense, axis, keepdims: bool):
+        """``what`` (NumPy's ``dense``) over all values (``axis=None``), an inner axis (a
+        ragged array again) or the batch axis; None over the ragged axis (the caller's)."""
         if axis is None:
-            return rnp.sum(self.values)
-        a = self._inner_axis(axis, "sum")
+            return dense(self.values)
+        a = self._inner_axis(axis, what)
         if a < 0:
-            return self._over_batch("sum", keepdims)
-        return self._per_sequence(self._segment("add", 0), keepdims) if a == 0 else \
-            self.with_values(rnp.sum(self.values, axis=a, keepdims=keepdims))
+            return self._over_batch(what, keepdims)
+        return self.with_values(dense(self.values, axis=a, keepdims=keepdims)) if a else None
+
+    def _identity(self, mode: str):
+        """The identity of ``mode`` (add / max / min) in this dtype: an empty sequence's result
+        (-inf for max and inf for min, or the integer type's bounds; NumPy raises for the
+        extremum of an empty sequence)."""
+        if mode == "add":
+            return 0
+        floating = np.issubdtype(self.dtype, np.floating)
+        if mode == "max":
+            return -np.inf if floating else np.iinfo(self.dtype).min
+        return np.inf if floating else np.iinfo(self.dtype).max
+
+    def sum(self, axis=None, keepdims: bool = False):
+        out = self._elsewhere("sum", rnp.sum, axis, keepdims)
+        return out if out is not None else self._per_sequence(self._segment("add", 0), keepdims)
 
     def mean(self, axis=None, keepdims: bool = False):
-        if axis is None:
-            return rnp.mean(self.values)
-        a = self._inner_axis(axis, "mean")
-        if a < 0:
-            return self._over_batch("mean", keepdims)
-        if a:
-            return self.with_values(rnp.mean(self.values, axis=a, keepdims=keepdims))
-        return self._per_sequence(self._segment("add", 0) / self._counts(), keepdims)
+        out = self._elsewhere("mean", rnp.mean, axis, keepdims)
+        return out if out is not None else \
+            self._per_sequence(self._segment("add", 0) / self._counts(), keepdims)
 
     def _counts(self):
         """Each sequence's length, shaped to divide a (batch, *inner) reduction (an empty
@@ -247,32 +256,15 @@ class RaggedArray(PackedOperators):
     def var(self, axis=None, keepdims: bool = False):
         """Over all values, an inner axis, or each sequence (axis 1: two passes, the
         deviations from each sequence's mean, as NumPy computes it)."""
-        if axis is None:
-            return rnp.var(self.values)
-        a = self._inner_axis(axis, "var")
-        if a < 0:
-            return self._over_batch("var", keepdims)
-        if a:
-            return self.with_values(rnp.var(self.values, axis=a, keepdims=keepdims))
+        out = self._elsewhere("var", rnp.var, axis, keepdims)
+        if out is not None:
+            return out
         dev = self.values - self.mean(axis=1)[self.segment_ids()]
         return self._per_sequence(self.with_values(dev * dev)._segment("add", 0) / self._counts(), keepdims)
 
     def _extremum(self, mode: str, axis, keepdims: bool):
-        if axis is None:
-            return (rnp.max if mode == "max" else rnp.min)(self.values)
-        a = self._inner_axis(axis, mode)
-        if a < 0:
-            return self._over_batch(mode, keepdims)
-        if a:
-            return self.with_values((rnp.max if mode == "max" else rnp.min)(self.values, axis=a, keepdims=keepdims))
-        # an empty sequence: the identity, -inf for max and inf for min (or the integer
-        # type's bound; NumPy raises for the extremum of an empty sequence)
-        floating = np.issubdtype(self.dtype, np.floating)
-        if mode == "max":
-            init = -np.inf if floating else np.iinfo(self.dtype).min
-        else:
-            init = np.inf if floating else np.iinfo(self.dtype).max
-        return self._per_sequence(self._segment(mode, init), keepdims)
+        out = self._elsewhere(mode, rnp.max if mode == "max" else rnp.min, axis, keepdims)
+        return out if out is not None else self._per_sequence(self._segment(mode, self._identity(mode)), keepdims)
 
     def max(self, axis=None, keepdims: bool = False):
         return self._extremum("max", axis, keepdims)
