@@ -361,26 +361,29 @@ class RaggedBlock(PackedOperators):
                                       f"RaggedArray (or per sequence); spread it back with block.expand(r, "
                                       f"axis), or use ragged.softmax for a softmax")
 
+    def _dense_part(self, what: str, dense, axis, keepdims: bool) -> tuple:
+        """``what`` (NumPy's ``dense``) over all entries or an inner axis (a block again):
+        (the result, None); over ragged axes (keepdims refused there): (None, the axes)."""
+        if axis is None:
+            return dense(self.values), None
+        a = self._axis(axis, what)
+        if isinstance(a, tuple) and a[0] == "inner":
+            return self._like(dense(self.values, axis=a[1], keepdims=keepdims)), None
+        self._check_keepdims(keepdims, what)
+        return None, a
+
     def sum(self, axis=None, keepdims: bool = False):
         """Over all entries (``axis=None``), an inner axis (a block), the columns (``axis=2``:
         a RaggedArray of each row's sum) or rows (``axis=1``), or ``(1, 2)`` ((batch, *inner))."""
-        if axis is None:
-            return rnp.sum(self.values)
-        a = self._axis(axis, "sum")
-        if isinstance(a, tuple) and a[0] == "inner":
-            return self._like(rnp.sum(self.values, axis=a[1], keepdims=keepdims))
-        self._check_keepdims(keepdims, "sum")
-        return self._reduced(self._segments("add", a), a)
+        out, a = self._dense_part("sum", rnp.sum, axis, keepdims)
+        return out if a is None else self._reduced(self._segments("add", a), a)
 
     def mean(self, axis=None, keepdims: bool = False):
         """As :meth:`sum`, divided by the count (an empty sequence's mean over ``(1, 2)``:
         nan, as NumPy's of an empty array)."""
-        if axis is None:
-            return rnp.mean(self.values)
-        a = self._axis(axis, "mean")
-        if isinstance(a, tuple) and a[0] == "inner":
-            return self._like(rnp.mean(self.values, axis=a[1], keepdims=keepdims))
-        self._check_keepdims(keepdims, "mean")
+        out, a = self._dense_part("mean", rnp.mean, axis, keepdims)
+        if a is None:
+            return out
         total = self._segments("add", a)
         if a == (1, 2):
             count = self.lengths * self.lengths
@@ -394,15 +397,10 @@ class RaggedBlock(PackedOperators):
         return self._reduced(out, a)
 
     def _extremum(self, mode: str, axis, keepdims: bool):
-        if axis is None:
-            return (rnp.max if mode == "max" else rnp.min)(self.values)
-        a = self._axis(axis, mode)
-        if isinstance(a, tuple) and a[0] == "inner":
-            return self._like((rnp.max if mode == "max" else rnp.min)(self.values, axis=a[1], keepdims=keepdims))
-        self._check_keepdims(keepdims, mode)
         # every row and column has an entry; an empty sequence's whole-block extremum is the
         # identity (-inf for max, inf for min, as RaggedArray's over its ragged axis)
-        return self._reduced(self._segments(mode, a), a)
+        out, a = self._dense_part(mode, rnp.max if mode == "max" else rnp.min, axis, keepdims)
+        return out if a is None else self._reduced(self._segments(mode, a), a)
 
     def max(self, axis=None, keepdims: bool = False):
         return self._extremum("max", axis, keepdims)
