@@ -78,6 +78,30 @@ def test_arrays_that_must_not_be_written_are_not_reused():
     assert total == 5.0 and y[2] == 0.0 and not np.shares_memory(y, x)
 
 
+def test_results_passed_back_with_views_of_themselves_are_not_reused():
+    """A large result lives in a pooled block behind a memoryview; donated back together
+    with a view of itself (or two arrays over one foreign buffer), it must not be written
+    while the view is still read."""
+    f = rj.jit(_write_row, donate_argnums=0)
+    grow = rj.jit(lambda c: c * 2.0)
+    c = grow(np.arange(3 * 40000.0).reshape(40000, 3))          # a pooled result
+    want = c.copy()
+    want[7] = c[3]
+    out = f(c, c[3:4], np.int64(7))
+    np.testing.assert_array_equal(out, want)
+    assert not np.shares_memory(out, c)
+    out2 = f(c, np.zeros((1, 3)), np.int64(0))                  # nothing else shares it
+    assert np.shares_memory(out2, c) and out2[0, 0] == 0.0
+    buf = bytearray(np.arange(12.0).tobytes())
+    a = np.frombuffer(buf, np.float64).reshape(4, 3)
+    r = np.frombuffer(memoryview(buf)[:24], np.float64).reshape(1, 3)    # a's row 0, another view
+    want = a.copy()
+    want[2] = a[0]
+    out = f(a, r, np.int64(2))
+    np.testing.assert_array_equal(out, want)
+    assert not np.shares_memory(out, a)
+
+
 def test_bad_donation_arguments_say_what_is_wrong():
     with pytest.raises(ValueError, match="donate_argnums has 3"):
         rj.jit(_write_row, donate_argnums=3)

@@ -433,10 +433,18 @@ def _segment_views(fn: Function) -> set:
 
 
 def _owner(a):
-    """The array that owns ``a``'s memory (the end of its chain of bases)."""
-    while isinstance(a, np.ndarray) and a.base is not None:
-        a = a.base
-    return a
+    """The object that owns ``a``'s memory: the end of its chain of bases, through the
+    memoryviews results from the pool are wrapped in (``RunnerMemory.out``), so that those
+    are told apart by their blocks rather than compared pairwise with every argument."""
+    while True:
+        if isinstance(a, np.ndarray):
+            if a.base is None:
+                return a
+            a = a.base
+        elif isinstance(a, memoryview):
+            a = a.obj
+        else:
+            return a
 
 
 def _shared_owners(arrays) -> set:
