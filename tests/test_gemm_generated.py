@@ -101,7 +101,8 @@ def test_every_micro_tile_height(m):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_products_on_one_and_two_threads(threads):
     """Several column blocks, contraction slices and row blocks (and the edge tiles of
-    each), on the calling thread and split between threads by rows and by columns."""
+    each), on the calling thread and split between threads by rows and by columns; a few
+    rows by B transposed split by B's rows."""
     rng = np.random.default_rng(threads)
     try:
         engine.set_num_threads(threads)
@@ -112,6 +113,9 @@ def test_large_products_on_one_and_two_threads(threads):
             bound = 1.01 * k * 2 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30
             got = _call("rj_gemm_s_nn", target.vector_bits(), a, b, m, n, k, 0)[:m, :n]
             assert np.all(np.abs(got - want) <= bound)
+            if m <= gemm_rule.SKINNY_M:       # B transposed: streamed, split by its rows
+                got = _call("rj_gemm_s_nt", target.vector_bits(), a, np.ascontiguousarray(b.T), m, n, k, 0)
+                assert np.all(np.abs(got[:m, :n] - want) <= bound) and np.isnan(got[m]).all()
     finally:
         engine.set_num_threads(0)
 
@@ -126,8 +130,15 @@ RULE = {("s", 16, 512, 2048): True, ("s", 2, 512, 2048): True, ("s", 300, 64, 10
         ("s", 1, 512, 2048): False}
 
 
+# products by B stored transposed (``a @ b.T``): a few rows stream B in the generated code
+RULE_NT = {("s", 1, 384, 8192): True, ("s", 2, 384, 8192): True, ("d", 16, 512, 2048): True,
+           ("s", 16, 4096, 4096): True, ("s", 32, 4096, 4096): True, ("s", 33, 4096, 4096): False,
+           ("s", 1, 8, 8): False,
+           ("s", 48, 512, 2048): True, ("s", 1024, 1024, 1024): False}
+
+
 @functools.lru_cache(maxsize=None)
-def _rule_function(letter: str):
+def _rule_function(letter: str, nt: bool = False):
     """The rule's LLVM code as a function ``i1 f(M, N, K)`` (for 512-bit vectors)."""
     n = [0]
 
@@ -136,7 +147,7 @@ def _rule_function(letter: str):
         lines.append(f"  %r{n[0]} = {instr}")
         return f"%r{n[0]}"
     lines = ["define i1 @rule(i64 %M, i64 %N, i64 %K) {", "entry:"]
-    out = gemm_rule.use_generated(val, letter, 512, "%M", "%N", "%K")
+    out = gemm_rule.use_generated(val, letter, 512, "%M", "%N", "%K", nt=nt)
     lines += [f"  ret i1 {out}", "}"]
     target.init()
     mod = llvm.parse_assembly("\n".join(lines))
@@ -156,18 +167,27 @@ def test_the_rule_by_shape_class(case):
     assert not gemm_rule.may_use_generated(letter, 256, m, n, k)
 
 
-@given(m=st.one_of(st.sampled_from([2, 3, 13, 32]), st.integers(2, 32)), n=st.integers(65, 700),
+@pytest.mark.parametrize("case", sorted(RULE_NT))
+def test_the_rule_for_b_transposed(case):
+    letter, m, k, n = case
+    assert _rule_function(letter, nt=True)[1](m, n, k) == RULE_NT[case]
+    assert gemm_rule.may_use_generated(letter, 512, m, n, k, nt=True) == RULE_NT[case]
+    assert not gemm_rule.may_use_generated(letter, 256, m, n, k, nt=True)
+
+
+@given(m=st.one_of(st.sampled_from([1, 2, 3, 13, 16, 17, 32]), st.integers(1, 32)), n=st.integers(65, 700),
        k=st.sampled_from([7, 64, 333, 512]), dtype=st.sampled_from(["float32", "float64"]),
-       form=st.sampled_from(["nn", "nt", "epilogue"]))
-@settings(max_examples=25, deadline=None)
+       form=st.sampled_from(["nn", "nt", "epilogue", "nt_epilogue"]))
+@settings(max_examples=30, deadline=None)
 def test_jit_products_the_rule_sends_to_generated_code(m, n, k, dtype, form):
     """Short (decode-sized) and shallow products through ``jit``, with an epilogue and a
-    transposed operand, on every backend."""
+    transposed operand (a few rows of it: gemm_skinny's path), on every backend."""
     f = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T,
-         "epilogue": lambda a, b: np.tanh(a @ b + 1.0)}[form]
+         "epilogue": lambda a, b: np.tanh(a @ b + 1.0),
+         "nt_epilogue": lambda a, b: np.tanh(a @ b.T + 1.0)}[form]
     rng = np.random.default_rng(m * 1000 + n + k)
     a = rng.uniform(-1, 1, (m, k)).astype(dtype)
-    b = rng.uniform(-1, 1, (n, k) if form == "nt" else (k, n)).astype(dtype)
+    b = rng.uniform(-1, 1, (n, k) if form.startswith("nt") else (k, n)).astype(dtype)
     want = f(a.astype(np.float64), b.astype(np.float64))
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * k)
     for backend in BACKENDS:

@@ -73,7 +73,8 @@ def _may_be_generated(prod) -> bool:
     m, n = prod.outvars[0].type.shape
     k = a[0] if prod.callee.name[-3:] in ("_tn", "_tt") else a[1]
     known = [d if isinstance(d, int) else None for d in (m, n, k)]
-    return gemm_rule.may_use_generated(prod.callee.name[5], target.vector_bits(), *known)
+    return gemm_rule.may_use_generated(prod.callee.name[5], target.vector_bits(), *known,
+                                       nt=prod.callee.name.endswith("_nt"))
 
 
 def epilogue_pairs(segments: list, fn, plan, excluded=frozenset()) -> dict:

@@ -467,6 +467,8 @@ done:
 # products with fewer multiply-adds than this run on the calling thread (a fork and join of
 # the OpenMP team costs about what 2**21 multiply-adds do on one core)
 PARALLEL_MIN_FLOPS = 1 << 21
+# a product streaming B once (gemm_skinny) forks the team from this many bytes of B
+PARALLEL_MIN_SKINNY_BYTES = 1 << 18
 
 
 # the product function's arguments (the worker reads them from its context, in this order):
@@ -607,9 +609,20 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.start_block(zeroed)
     fn.emit("br label %out")
     fn.start_block("product")
+    now = fn.value("call i64 @llvm.readcyclecounter()")
+    if tb and not ta:
+        # a few rows by B transposed: dot products of rows, B streamed once (gemm_skinny)
+        from .gemm_skinny import SKINNY_M, skinny_text     # (it builds on this module)
+        parts.append(skinny_text(blocking(dtype_char, vector_bits), name, team_wanted, PARALLEL_MIN_SKINNY_BYTES))
+        few = fn.value(f"and i1 {fn.value('icmp eq i64 %batch, 1')}, {fn.value(f'icmp sle i64 %M, {SKINNY_M}')}")
+        fn.emit(f"br i1 {few}, label %skinny, label %packed")
+        fn.start_block("skinny")
+        fn.emit(f"call void @{name}.skinny(i64 %M, i64 %N, i64 %K, ptr %A, i64 %lda, ptr %B, i64 %ldb, "
+                f"ptr %C, i64 %ldc, ptr %epi, ptr %epa, i64 {now})")
+        fn.emit("br label %out")
+        fn.start_block("packed")
     # the arguments, the fork's cycle count and the late flag
     ctx = fn.value(f"alloca [{len(args) + 2} x i64]")
-    now = fn.value("call i64 @llvm.readcyclecounter()")
     for k, (a, t) in enumerate(zip(args, types)):
         fn.emit(f"store {t} %{a}, ptr {fn.value(f'getelementptr inbounds i64, ptr {ctx}, i64 {k}')}")
     fn.emit(f"store i64 {now}, ptr {fn.value(f'getelementptr inbounds i64, ptr {ctx}, i64 {len(args)}')}")

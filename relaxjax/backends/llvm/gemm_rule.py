@@ -26,7 +26,11 @@ from __future__ import annotations
 # - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
 # Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
 # on such a host; on this one it runs at 0.75-0.85x).
+# - a few rows (M <= SKINNY_M) by B stored transposed (``A @ B.T``, no batch): generated,
+#   its gemv-like path (gemm_skinny; one row included, where BLAS runs a gemv);
 MIN_GENERATED_MACS = 1 << 19
+SKINNY_M = 32
+SKINNY_MIN_MACS = 1 << 12
 BATCHED_MIN_MACS = 1 << 12
 BATCHED_MAX_MACS = 1 << 26
 SHALLOW_K = 64
@@ -37,11 +41,14 @@ NARROW_N = 64
 
 
 def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int | None,
-                      K: int | None, batched: bool = False) -> bool:
+                      K: int | None, batched: bool = False, nt: bool = False) -> bool:
     """Whether some product of shape ``(M, K) @ (K, N)`` (``batched``: some batch of
-    them) runs the generated code (see above); None: a size known only at run time.  A
-    call site that never can does not emit the branch, nor make its executable load the
-    generated product."""
+    them; ``nt``: B stored transposed, A not) runs the generated code (see above); None: a
+    size known only at run time.  A call site that never can does not emit the branch, nor
+    make its executable load the generated product."""
+    if nt and vector_bits >= 512 and (M is None or M <= SKINNY_M) and \
+            (None in (M, N, K) or M * N * K >= SKINNY_MIN_MACS):
+        return True
     if batched and vector_bits >= 512 and M != 1 and \
             (None in (M, N, K) or BATCHED_MIN_MACS <= M * N * K < BATCHED_MAX_MACS):
         return True
@@ -55,13 +62,16 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
 
 
 def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str,
-                  batch: str | None = None) -> str:
+                  batch: str | None = None, nt: bool = False) -> str:
     """The i1 (``val(instr)`` emits an instruction and gives its value) saying whether a
     product of run-time shape ``(M, K) @ (K, N)`` (``batch``: that many of them, in one
-    call) runs the generated code (see above)."""
+    call; ``nt``: B stored transposed, A not) runs the generated code (see above)."""
     if vector_bits < 512:
         return "false"
     macs = val(f"mul i64 {val(f'mul i64 {M}, {N}')}, {K}")
+    if nt and batch is None:
+        few = val(f"and i1 {val(f'icmp sle i64 {M}, {SKINNY_M}')}, {val(f'icmp sge i64 {macs}, {SKINNY_MIN_MACS}')}")
+        return val(f"or i1 {few}, {use_generated(val, dtype_char, vector_bits, M, N, K)}")
     if batch is not None:
         batched = val(f"and i1 {val(f'icmp sge i64 {batch}, 2')}, {val(f'icmp sgt i64 {M}, 1')}")
         sized = val(f"and i1 {val(f'icmp sge i64 {macs}, {BATCHED_MIN_MACS}')}, "

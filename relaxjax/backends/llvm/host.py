@@ -490,9 +490,10 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(yes)
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
-        if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known):
+        nt = tb and not ta
+        if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known, nt=nt):
             gen, lib = fn.label("gen"), fn.label("blas")
-            use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K)
+            use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K, nt=nt)
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
             fn.start_block(gen)
             g = self._generated_product(letter, ta, tb, lib)
