@@ -54,6 +54,7 @@ ROW_MAX = 8          # a block of this many queries or fewer runs row by row
 BQ = 48              # queries per block (a multiple of every micro-tile width NR; two
                      # threads share a sequence of 1024 more evenly in blocks of 48 than of 96)
 BK = {"s": 128, "d": 64}          # keys per block: the scores, BK x BQ, stay in L1/L2
+PREFETCH_KEYS = 8
 PARALLEL_MIN_MACS = 1 << 17       # less work than this runs on the calling thread: about
 # 512 KB of keys and values (float32), which one thread streams in ~50 us against a fork's few;
 # at 1 << 20 a decode step's one query over a cache of 1024 (786k) ran alone, reading 3 MB per
@@ -79,7 +80,16 @@ def _row_by_row(fn: Fn, vec: Vec, causal: bool, a: dict, item: dict, ws: dict) -
         qp = fn.at(ty, a["q"], item["qoff"], fn.mul(r, item["ldq"]))
         mx = fn.slot(ty, ninf)
 
+        def ahead(base, off, j, ld):
+            # the row PREFETCH_KEYS on (the rows of one head are a row stride apart: the
+            # hardware's stride prefetch does not run far enough ahead of a 256-byte read)
+            row = fn.value(f"getelementptr {ty}, ptr {base}, i64 {fn.add(off, fn.mul(fn.add(j, PREFETCH_KEYS), ld))}")
+            for line in range(0, 256, 64):
+                p = fn.value(f"getelementptr i8, ptr {row}, i64 {line}")
+                fn.emit(f"call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
+
         def score(j):
+            ahead(a["k"], item["koff"], j, item["ldk"])
             kp = fn.at(ty, a["k"], item["koff"], fn.mul(j, item["ldk"]))
             acc = fn.slot(vec.vt, "zeroinitializer")
 
@@ -113,6 +123,7 @@ def _row_by_row(fn: Fn, vec: Vec, causal: bool, a: dict, item: dict, ws: dict) -
             accs = [fn.slot(vec.vt, "zeroinitializer") for _ in range(4)]
 
             def key(j):
+                ahead(a["v"], item["voff"], j, item["ldv"])
                 pj = vec.splat(fn.value(f"load {ty}, ptr {fn.at(ty, ws['buf'], j)}"))
                 vp = fn.at(ty, a["v"], item["voff"], fn.mul(j, item["ldv"]), hc)
                 for c in range(4):
