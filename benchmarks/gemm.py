@@ -16,8 +16,9 @@ loop lasting at least 20 ms; GFLOP/s = 2 M N K / time.  Rows:
   interpreter with torch, e.g. a venv's).
 
 Shape classes: square, short (a decode-sized batch of M rows), shallow (K = 64, attention's
-scores), narrow (N = 64), batched (attention heads, ``einsum("bqd,bkd->bqk")``), each
-float32 and float64; ``+epi`` adds ``tanh(a @ b + bias)``.  ``gemv`` rows report GB/s of
+scores), narrow (N = 64), batched (attention heads, ``einsum("bqd,bkd->bqk")``), short B^T
+(``a @ b.T`` with b (N, K): a decoder's logits from its tied embedding, a torch-style
+``Linear``), each float32 and float64; ``+epi`` adds ``tanh(a @ b + bias)``.  ``gemv`` rows report GB/s of
 the matrix streamed against the DRAM bandwidth the shared harness measured (the baseline
 JSON beside it).  The peak row: the best float32 GFLOP/s any implementation reached on a
 2048^3 product in this run, OpenBLAS with ``OPENBLAS_CORETYPE=SkylakeX`` included.
@@ -42,7 +43,9 @@ CASES = [("square", 0, n, n, n, False) for n in (256, 512, 1024, 2048)] + \
     [("short", 0, m, 512, 2048, False) for m in (2, 8, 16, 32)] + \
     [("short", 0, 16, 2048, 512, False), ("short+epi", 0, 16, 512, 2048, True)] + \
     [("shallow", 0, 1024, 64, 1024, False), ("shallow", 0, 4096, 64, 4096, False),
-     ("narrow", 0, 1024, 1024, 64, False), ("batched", 8, 256, 64, 256, False)]
+     ("narrow", 0, 1024, 1024, 64, False), ("batched", 8, 256, 64, 256, False)] + \
+    [("short B^T", 0, m, 384, 8192, False) for m in (1, 2, 8, 16)] + \
+    [("short B^T", 0, 8, 4096, 4096, False)]
 QUICK = [c for c in CASES if c[2] * c[3] * c[4] <= 1024 ** 3]
 GEMV = [(4096, 4096), (8192, 8192)]
 
@@ -64,10 +67,10 @@ def timeit(f):
         ts.append((time.perf_counter() - t) / n)
     return statistics.median(ts)
 
-def operands(batch, m, k, n, dtype):
+def operands(batch, m, k, n, dtype, nt):
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, lead + (m, k)).astype(dtype)
-    b = rng.uniform(-1, 1, lead + (n, k) if batch else (k, n)).astype(dtype)
+    b = rng.uniform(-1, 1, lead + (n, k) if batch or nt else (k, n)).astype(dtype)
     bias = rng.uniform(-1, 1, n).astype(dtype)
     return a, b, bias
 
@@ -87,8 +90,8 @@ if IMPL == "torch":
     import torch
     torch.set_num_threads(THREADS)
 
-def product(batch, epi, xp):
-    if batch:
+def product(batch, epi, xp, nt):
+    if batch or nt:
         mm = lambda a, b: xp.matmul(a, xp.swapaxes(b, -1, -2))
     else:
         mm = lambda a, b: a @ b
@@ -97,32 +100,35 @@ def product(batch, epi, xp):
 out = {{}}
 for name, batch, m, k, n, epi in CASES:
     for dtype in ("float32", "float64"):
-        a, b, bias = operands(batch, m, k, n, dtype)
+        nt = name.endswith("B^T")
+        a, b, bias = operands(batch, m, k, n, dtype, nt)
         key = f"{{name}}|{{batch}}|{{m}}|{{k}}|{{n}}|{{dtype}}"
         if IMPL in ("generated", "openblas") and (batch or epi):
             continue
         if IMPL == "relaxjax":
-            f = rj.jit(product(batch, epi, np))
+            f = rj.jit(product(batch, epi, np, nt))
             f(a, b, bias)
             t = timeit(lambda: f(a, b, bias))
         elif IMPL == "generated":
-            v = gemm.gemm_symbol("s" if dtype == "float32" else "d", False, False)
+            v = gemm.gemm_symbol("s" if dtype == "float32" else "d", False, nt)
             engine.use_gemms([v])
             g = sig(engine._GEMMS[v].address(v))
             c = np.empty((m, n), dtype)
-            t = timeit(lambda: g(1, 0, 0, 0, m, n, k, a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, None, None))
+            ldb = k if nt else n
+            t = timeit(lambda: g(1, 0, 0, 0, m, n, k, a.ctypes.data, k, b.ctypes.data, ldb, c.ctypes.data, n, None, None))
         elif IMPL == "openblas":
             c = np.empty((m, n), dtype)
-            t = timeit(lambda: np.matmul(a, b, out=c))
+            bb = b.T if nt else b
+            t = timeit(lambda: np.matmul(a, bb, out=c))
         elif IMPL == "numpy":
-            f = product(batch, epi, np)
+            f = product(batch, epi, np, nt)
             t = timeit(lambda: f(a, b, bias))
         elif IMPL == "jax":
-            f = jax.jit(product(batch, epi, jnp))
+            f = jax.jit(product(batch, epi, jnp, nt))
             ja, jb, jbias = (jnp.asarray(x) for x in (a, b, bias))
             t = timeit(lambda: f(ja, jb, jbias).block_until_ready())
         else:
-            f = product(batch, epi, torch)
+            f = product(batch, epi, torch, nt)
             ta, tb, tbias = (torch.from_numpy(x) for x in (a, b, bias))
             t = timeit(lambda: f(ta, tb, tbias))
         out[key] = t
@@ -176,9 +182,13 @@ def main() -> None:
     ap.add_argument("--peers", default="numpy,jax,torch")
     ap.add_argument("--torch-python", help="an interpreter with torch (default: this one, if it has torch)")
     ap.add_argument("--quick", action="store_true", help="products up to 1024^3 only")
+    ap.add_argument("--cases", help="only the shape classes named (comma-separated, e.g. 'short B^T')")
     ap.add_argument("--out", help="markdown file (the JSON goes beside it)")
     a = ap.parse_args()
     cases = QUICK if a.quick else CASES
+    if a.cases:
+        peak_case = ("square", 0, 2048, 2048, 2048, False)          # (the peak's row)
+        cases = [c for c in cases if c[0] in a.cases.split(",") or c == peak_case]
     impls = ["relaxjax", "generated", "openblas"] + [p for p in a.peers.split(",") if p]
     py = {i: sys.executable for i in impls}
     if "torch" in impls:
