@@ -131,7 +131,7 @@ RULE = {("s", 16, 512, 2048): True, ("s", 2, 512, 2048): True, ("s", 300, 64, 10
 
 
 # products by B stored transposed (``a @ b.T``): a few rows stream B in the generated code
-RULE_NT = {("s", 1, 384, 8192): True, ("s", 2, 384, 8192): True, ("d", 16, 512, 2048): True,
+RULE_NT = {("s", 1, 384, 8192): False, ("s", 2, 384, 8192): True, ("d", 16, 512, 2048): True,
            ("s", 16, 4096, 4096): True, ("s", 32, 4096, 4096): True, ("s", 33, 4096, 4096): False,
            ("s", 1, 8, 8): False,
            ("s", 48, 512, 2048): True, ("s", 1024, 1024, 1024): False}

@@ -26,8 +26,11 @@ from __future__ import annotations
 # - the rest (large and square, narrow N): BLAS (the generated code runs at 0.85-1.0x).
 # Hosts without AVX-512 use BLAS throughout (the 256-bit code is correct but unmeasured
 # on such a host; on this one it runs at 0.75-0.85x).
-# - a few rows (M <= SKINNY_M) by B stored transposed (``A @ B.T``, no batch): generated,
-#   its gemv-like path (gemm_skinny; one row included, where BLAS runs a gemv);
+# - a few rows (2 <= M <= SKINNY_M) by B stored transposed (``A @ B.T``, no batch):
+#   generated, its path streaming B once (gemm_skinny; session 15: 2 rows x 384 @ 384 x 8192
+#   4.2x OpenBLAS, 8 rows 3.1x, 16 rows 2.2x; against the packed product, 24 rows 1.4-1.8x,
+#   32 rows 1.1-1.5x, 48 rows 0.8-1.04x); one row stays with BLAS's gemv, as fast, and a
+#   process that decodes one sequence then never compiles the generated product;
 MIN_GENERATED_MACS = 1 << 19
 SKINNY_M = 32
 SKINNY_MIN_MACS = 1 << 12
@@ -46,7 +49,7 @@ def may_use_generated(dtype_char: str, vector_bits: int, M: int | None, N: int |
     them; ``nt``: B stored transposed, A not) runs the generated code (see above); None: a
     size known only at run time.  A call site that never can does not emit the branch, nor
     make its executable load the generated product."""
-    if nt and vector_bits >= 512 and (M is None or M <= SKINNY_M) and \
+    if nt and vector_bits >= 512 and (M is None or 2 <= M <= SKINNY_M) and \
             (None in (M, N, K) or M * N * K >= SKINNY_MIN_MACS):
         return True
     if batched and vector_bits >= 512 and M != 1 and \
@@ -70,7 +73,8 @@ def use_generated(val, dtype_char: str, vector_bits: int, M: str, N: str, K: str
         return "false"
     macs = val(f"mul i64 {val(f'mul i64 {M}, {N}')}, {K}")
     if nt and batch is None:
-        few = val(f"and i1 {val(f'icmp sle i64 {M}, {SKINNY_M}')}, {val(f'icmp sge i64 {macs}, {SKINNY_MIN_MACS}')}")
+        rows = val(f"and i1 {val(f'icmp sle i64 {M}, {SKINNY_M}')}, {val(f'icmp sge i64 {M}, 2')}")
+        few = val(f"and i1 {rows}, {val(f'icmp sge i64 {macs}, {SKINNY_MIN_MACS}')}")
         return val(f"or i1 {few}, {use_generated(val, dtype_char, vector_bits, M, N, K)}")
     if batch is not None:
         batched = val(f"and i1 {val(f'icmp sge i64 {batch}, 2')}, {val(f'icmp sgt i64 {M}, 1')}")
