@@ -192,6 +192,24 @@ def test_prange_runs_loops_the_analysis_cannot_prove_in_parallel(lengths):
 
 
 @rj.kernel
+def scale_first(n: rj.Buffer[(1,), "int64"], x: rj.Buffer[("m",), "float32"], out: rj.Buffer[("m",), "float32"]):
+    for g in range(n[0]):                       # a trip count read from data, in parallel
+        out[g] = x[g] * 2.0
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 65536, 200000])
+def test_a_parallel_loop_whose_trip_count_is_read_from_data(n):
+    """The trip count of a loop run in parallel is read from a buffer: the LLVM backend's
+    entry (which splits the loop between the threads) evaluates it there."""
+    assert "parallel for g in range(n[0])" in str(scale_first)
+    x = np.random.default_rng(n).standard_normal(200000).astype(np.float32)
+    for backend in BACKENDS:                    # (out[n:] is not written)
+        got = rj.jit(lambda c, x: rj.call_tir(scale_first, c, x, out=rj.ShapeDtypeStruct(x.shape, "float32")),
+                     backend=backend)(np.array([n]), x)
+        np.testing.assert_array_equal(got[:n], 2 * x[:n])
+
+
+@rj.kernel
 def ufunc_calls(x: rj.Buffer[("n",), "float32"], y: rj.Buffer[("n",), "float32"],
                 out: rj.Buffer[("n",), "float32"]):
     for i in range(x.shape[0]):

@@ -246,7 +246,7 @@ class KernelEmitter:
             fn.emit(f"call void @{self.sym}.body({', '.join(vals)}, i64 0, i64 0)")
             fn.emit("ret void")
         else:
-            ext = self._expr(self.f.body.extent)
+            ext = self._entry_extent(vals)
             work = self._work()
             nthreads = fn.val("i32", "load i32, ptr @rj_num_threads")
             minwork = fn.val("i64", "load i64, ptr @rj_parallel_min_work")
@@ -282,6 +282,22 @@ class KernelEmitter:
             fn.start_block("joined")
             fn.emit("ret void")
         return "\n".join([f"define void @{self.sym}(ptr %args) {{\nentry:"] + fn.lines + ["}"])
+
+    def _entry_extent(self, vals: list) -> str:
+        """The parallel loop's extent, evaluated in the entry, where the buffers are the
+        pointers ``vals`` loaded from the argument array (a trip count read from data,
+        ``range(n[0])``, reads one of them; a bad index there is reported as in the body)."""
+        fn = self.fn
+        saved = self.bufname, self.strides, self.locals, self._shared
+        self.bufname = {b.name: v.split()[1] for b, v in zip(self.f.params, vals)}
+        self.strides = {b.name: self._strides(b) for b in self.f.params}
+        self.locals, self._shared = {}, None
+        if self.checks:
+            fn.emit(f"%err = getelementptr i8, {vals[-1]}, i64 0")
+        try:
+            return self._expr(self.f.body.extent)
+        finally:
+            self.bufname, self.strides, self.locals, self._shared = saved
 
     def _zero_outputs(self, vals: list) -> None:
         """memset the outputs to 0 before the loops (``PrimFunc.zero_outputs``)."""
