@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
-from relaxjax.backends.llvm import engine, gemm, gemm_rule, target
+from relaxjax.backends.llvm import engine, gemm, gemm_module, gemm_rule, target
 
 from helpers import BACKENDS
 
@@ -33,7 +33,7 @@ DIMS = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 11, 12, 13, 31, 32, 33, 97])
 @functools.lru_cache(maxsize=None)
 def _product(variant: str, bits: int):
     engine.prepare_process()
-    mod = engine.compile_llvm(gemm.module_text(variant, bits), [variant], native=engine.native_code())
+    mod = engine.compile_llvm(gemm_module.module_text(variant, bits), [variant], native=engine.native_code())
     return mod, _SIG(mod.address(variant))
 
 

@@ -18,7 +18,7 @@ import llvmlite.binding as llvm
 
 from ... import cache
 from ...tir import PrimFunc
-from . import blas_threads, gemm, mathlib, target
+from . import blas_threads, gemm, gemm_module, mathlib, target
 from .codegen import KernelEmitter, helper_source
 from .column_reductions import block_column_reductions
 from .host import check_object_layout
@@ -179,7 +179,7 @@ def use_gemms(variants) -> None:
                                    "shared library (its packing buffers are thread-local, "
                                    "which in-memory MCJIT code cannot hold)")
             _runtime_library()
-            mod = SharedModule(gemm.module_text(v, target.vector_bits()), [v], exports=False,
+            mod = SharedModule(gemm_module.module_text(v, target.vector_bits()), [v], exports=False,
                                pipeline=GEMM_PIPELINE)
             _GEMMS[v] = mod
             _set_global(gemm.pointer_symbol(v), mod.address(v))

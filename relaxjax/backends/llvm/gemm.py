@@ -23,7 +23,7 @@ packing).  Threads split C into bands of whole micro-tiles, by rows or (when C h
 column panels than row panels) by columns, each packing its own panels into buffers it
 keeps from call to call.  A band of a few rows reads B in place instead of packing it.
 
-Each variant is its own shared library (:func:`module_text`), built once per machine into
+Each variant is its own shared library (``gemm_module.module_text``), built once per machine into
 the persistent cache; segments call it through a runtime pointer (:func:`pointer_symbol`)
 when ``gemm_rule.use_generated`` says the call's shape class runs faster here than in BLAS.
 
@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .codegen import LATE_CYCLES, SERIAL_CYCLES, _Fn as codegen_Fn
+from .gemm_rule import SKINNY_M
 
 
 @dataclass(frozen=True)
@@ -467,8 +468,6 @@ done:
 # products with fewer multiply-adds than this run on the calling thread (a fork and join of
 # the OpenMP team costs about what 2**21 multiply-adds do on one core)
 PARALLEL_MIN_FLOPS = 1 << 21
-# a product streaming B once (gemm_skinny) forks the team from this many bytes of B
-PARALLEL_MIN_SKINNY_BYTES = 1 << 18
 
 
 # the product function's arguments (the worker reads them from its context, in this order):
@@ -611,9 +610,8 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
     fn.start_block("product")
     now = fn.value("call i64 @llvm.readcyclecounter()")
     if tb and not ta:
-        # a few rows by B transposed: dot products of rows, B streamed once (gemm_skinny)
-        from .gemm_skinny import SKINNY_M, skinny_text     # (it builds on this module)
-        parts.append(skinny_text(blocking(dtype_char, vector_bits), name, team_wanted, PARALLEL_MIN_SKINNY_BYTES))
+        # a few rows by B transposed: dot products of rows, B streamed once, by the
+        # function ``name.skinny`` (gemm_skinny) that the variant's module holds too
         few = fn.value(f"and i1 {fn.value('icmp eq i64 %batch, 1')}, {fn.value(f'icmp sle i64 %M, {SKINNY_M}')}")
         fn.emit(f"br i1 {few}, label %skinny, label %packed")
         fn.start_block("skinny")
@@ -695,13 +693,3 @@ DECLARATIONS = frozenset({
 # packing: optimised for size (their vector code is written out; unswitching and
 # unrolling them only make the module slower to compile)
 ATTRIBUTES = "attributes #0 = { nounwind optsize }\nattributes #1 = { nounwind noinline }"
-
-
-def module_text(variant: str, vector_bits: int) -> str:
-    """The LLVM module of one product ``variant`` (its own shared library)."""
-    d, form = variant.split("_")[2:]
-    return "\n".join(["; relaxjax generated matrix product " + variant,
-                      "@rj_num_threads = external global i32", "@rj_serial_until = external global i64",
-                      *sorted(DECLARATIONS),
-                      gemm_text(d, form[0] == "t", form[1] == "t", vector_bits),
-                      ATTRIBUTES, ""])

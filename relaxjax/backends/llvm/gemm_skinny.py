@@ -1,22 +1,23 @@
 """Products of a few rows by a matrix stored transposed: ``C = A @ B.T`` with ``A`` (M, K) of
 at most ``SKINNY_M`` rows and ``B`` (N, K) row-major, one path of the generated ``_nt``
-products (``gemm.gemm_text``'s entry branches here).
+products (``gemm.gemm_text``'s entry branches here; ``gemm_module`` puts both in the
+variant's module).
 
 A decoder's logits (``h @ wte.T``, the tied embedding) and a torch-style ``Linear``
-(``x @ W.T``) at batch 1-16 are such products.  Every entry of C is then a dot product of
+(``x @ W.T``) at batch 2-32 are such products.  Every entry of C is then a dot product of
 two contiguous rows, so this path streams B once, row after row, as a gemv does: a step
 takes ``NB`` rows of B and, for each group of ``MB`` rows of A (which stay in L1), keeps the
-MB x NB partial sums in vector registers over K, then reduces each to its entry.  The
-packed product instead read B through its transposed panels (a strided gather per k): at
-2 rows x 8192 x 384 float32, 3.8 GB/s of B against OpenBLAS's 12 and this path's ~60
-(RESULTS.md, session 15).  Threads split N into ranges of whole steps; rows past the edge
+MB x NB partial sums in vector registers over K, then adds them down to C's MB x NB
+entries (a tree of shuffles, ``_row_sums``).  The packed product instead read B through its
+transposed panels (a strided gather per k): at 2 rows x 384 @ 384 x 8192 float32, 3.8 GB/s
+of B against OpenBLAS's 12 and this path's 44-54 (RESULTS.md, session 15).  Threads split N into ranges of whole steps; rows past the edge
 are read again (the last row's pointer, clamped) and not stored, so there is one kernel per
-group height (``MB`` or 1) and no masks but K's last vector."""
+group height (``MB``, 2, 1) and no masks but K's last vector and C's stores.  The entry
+(``skinny_text``) takes any M; ``gemm_rule.SKINNY_M`` bounds the rows it is given."""
 from __future__ import annotations
 
 from .attention_vec import Fn, Vec
 from .gemm import Blocking, _ceil_div, _min, _splat
-from .gemm_rule import SKINNY_M     # the most rows of A this path takes
 
 NB = 4               # rows of B per step
 MB = 4               # rows of A per group (MB x NB accumulators, MB + NB operand vectors;
@@ -56,7 +57,7 @@ def _tile(b: Blocking, name: str, mb: int) -> str:
     step(whole, vec.lanes_below(fn.value(f"sub nsw i64 %K, {whole}")))
     fn.emit(f"br label %{sums}")
     fn.start_block(sums)
-    last = fn.value(f"sub nsw i64 %n1, %n0")
+    last = fn.value("sub nsw i64 %n1, %n0")
     store_mask = fn.value(f"icmp slt <{NB} x i64> <{', '.join(f'i64 {j}' for j in range(NB))}>, "
                           f"{_splat(fn, f'<{NB} x i64>', 'i64', last, NB)}")
     for i in range(mb):
