@@ -22,9 +22,12 @@ The cache is kept two ways, each compiled once for every length:
     stop at (a mask, ``rnp.arange(max_len) <= pos``, gives the same numbers but forms every
     score and reads the whole cache).
 
-Both are functional, as everything in relaxjax: a step returns new caches, so (a) copies the
-``t`` positions so far; (b) donates its caches (``donate_argnums``, as in JAX), so the step
-writes the new position into the arrays it was given and copies nothing.
+Both are functional, as everything in relaxjax: a step returns new caches, and both donate
+the caches they are given (``donate_argnums``, as in JAX): (b) writes the new position into
+the arrays it was given and copies nothing; (a) at batch 1 grows the cache into the memory
+after it, which the runtime allocates with a quarter to spare, so the ``t`` positions so far
+are copied once every ``t / 4`` steps rather than every step (at batch > 1 each sequence's
+positions are followed by the next sequence's, and every step copies them).
 
 The decode steps have explicit signatures (``shapes=`` with ``rj.dim``), so one compile serves
 every batch size and cache lengths 0..1023 in (1..1024 out); the same functions in automatic
@@ -230,8 +233,10 @@ def make_jitted(cfg: Config, params):
     return {
         "prefill": rj.jit(lambda p, x: prefill(p, x, H), shapes=(P, prompt)),
         "prefill_prealloc": rj.jit(lambda p, x: prefill(p, x, H, M), shapes=(P, prompt)),
+        # the caches are donated: at batch 1 the concatenation grows them where their memory
+        # has room after them and writes the new position only (Relax's growing cache)
         "decode_concat": rj.jit(lambda p, x, c: decode_concat(p, x, c, H),
-                                shapes=(P, token, kv(t))),
+                                shapes=(P, token, kv(t)), donate_argnums=2),
         # the caches are donated (JAX's donate_argnums): each step writes its key and value
         # into the arrays it was given, instead of copying all max_len positions
         "decode_prealloc": rj.jit(lambda p, x, pos, c: decode_prealloc(p, x, pos, c, H),

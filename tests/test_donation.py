@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import relaxjax as rj
+import relaxjax.numpy as rnp
 from relaxjax.lax import dynamic_update_slice
 
 from helpers import BACKENDS
@@ -100,6 +101,60 @@ def test_results_passed_back_with_views_of_themselves_are_not_reused():
     out = f(a, r, np.int64(2))
     np.testing.assert_array_equal(out, want)
     assert not np.shares_memory(out, a)
+
+
+def _append(c, x):
+    return rnp.concatenate([c, x * 2.0], axis=1)
+
+
+@given(rows=st.lists(st.integers(0, 3), min_size=1, max_size=60), inner=st.sampled_from([(1,), (6, 4), (7,)]),
+       seed=st.integers(0, 2 ** 16))
+@example(rows=[1] * 40, inner=(6, 4), seed=0).via("a decode step's one row at a time")
+@example(rows=[3, 0, 2] * 10, inner=(7,), seed=1).via("blocks of rows")
+@settings(max_examples=15, deadline=None)
+def test_a_donated_cache_grows_by_concatenation(rows, inner, seed):
+    """``concatenate([cache, new], axis=1)`` with the cache donated (Relax's growing KV
+    cache) equals NumPy's whatever the steps add (0 rows included), on every backend; on the
+    LLVM backend at batch 1 the result takes the cache's memory while its block has room
+    (the runtime allocates a grown result with a quarter, 4 KiB at least, to spare), so most
+    steps grow in place, and at batch 2 never (the sequences' rows would move)."""
+    rng = np.random.default_rng(seed)
+    for backend in BACKENDS:
+        f = rj.jit(_append, donate_argnums=0, backend=backend)
+        for batch in (1, 2):
+            c = np.zeros((batch, 0) + inner, np.float32)
+            want = c.copy()
+            grown = 0
+            for r in rows:
+                x = rng.standard_normal((batch, r) + inner).astype(np.float32)
+                prev, c = c, f(c, x)
+                want = np.concatenate([want, x * np.float32(2)], axis=1)
+                np.testing.assert_array_equal(c, want)
+                grown += bool(prev.size) and np.shares_memory(c, prev)
+            if backend != "llvm" or batch == 2:
+                assert grown == 0
+            elif sum(rows) >= 20:
+                assert grown >= len(rows) // 2, (grown, rows)
+
+
+def test_a_grown_block_returns_to_the_pool_after_its_last_owner():
+    """Arrays grown in one block share it: the block goes back to the pool once every one
+    of them is gone, and a donated array used again meanwhile stays valid memory."""
+    import gc
+    from relaxjax.backends.llvm.buffer_pool import POOL
+    f = rj.jit(_append, donate_argnums=0)
+    gc.collect()
+    in_use = POOL.stats()["in_use"]
+    c, olds = np.zeros((1, 0, 64), np.float32), []
+    for _ in range(40):
+        olds.append(c)
+        c = f(c, np.ones((1, 1, 64), np.float32))
+    assert np.shares_memory(c, olds[-1])
+    again = f(olds[20], np.full((1, 1, 64), 5.0, np.float32))     # reused after donation
+    assert again.shape == (1, 21, 64) and (again[0, 20] == 10.0).all() and (again[0, :20] == 2.0).all()
+    del c, olds, again
+    gc.collect()
+    assert POOL.stats()["in_use"] == in_use
 
 
 def test_bad_donation_arguments_say_what_is_wrong():

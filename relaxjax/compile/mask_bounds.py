@@ -47,6 +47,7 @@ _IDENTITY = {
 }
 # comparison with the loop variable on the left, and its mirror (the variable on the right)
 _MIRROR = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}
+_NEGATION = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 
 
 def bound_masked_loops(f: PrimFunc) -> PrimFunc:
@@ -166,7 +167,8 @@ def _apply(kind: str, e: Expr, start: Expr, stop: Expr) -> tuple[Expr, Expr]:
 def update_region(f: PrimFunc, src, dst):
     """What an update program changes when its output ``dst`` is its input ``src`` (one
     buffer, updated in place): for ``dst[i..] = if_then_else(c, x, src[i..])`` over a loop
-    nest covering ``dst`` (``dynamic_update_slice``, ``x.at[a:b].set`` lowered and fused),
+    nest covering ``dst`` (``dynamic_update_slice``, ``x.at[a:b].set`` lowered and fused;
+    or ``if_then_else(i < n, src[i..], x)``, a concatenation onto ``src``),
     the same nest narrowed to where ``c``'s conjuncts on each loop variable hold, storing
     ``x`` where the rest of ``c`` holds; the other elements would only be copied onto
     themselves.  None for a program of another form."""
@@ -187,6 +189,10 @@ def update_region(f: PrimFunc, src, dst):
         return None
     cond, x, other = v.args
     names = tuple(loop.var.name for loop in loops)
+    if isinstance(x, Load) and x.buffer is src and isinstance(cond, Op) and cond.name in _NEGATION:
+        # ``if_then_else(i < n, src[i..], x)`` (a concatenation onto ``src``): the update is
+        # where the comparison fails
+        cond, x, other = Op(_NEGATION[cond.name], cond.args, cond.dtype), other, x
     if not (isinstance(other, Load) and other.buffer is src and
             [getattr(i, "name", None) for i in other.index] == list(names) and
             [getattr(i, "name", None) for i in s.index] == list(names)):

@@ -152,6 +152,28 @@ def inplace_input(f: PrimFunc) -> int | None:
     return None
 
 
+def growing_input(f: PrimFunc) -> tuple[int, int] | None:
+    """``(position, axis)`` of an input that ``f``'s output extends along one axis, or None:
+    the output's shape is the input's but for ``axis``, and the program passes the input
+    through as an update does (``inplace_input``'s conditions: a concatenation onto it,
+    ``concatenate([cache, new], axis)``).  The output may then take the input's memory
+    where that memory holds the longer array -- the dims before ``axis`` are 1 and the block
+    has room after it, which the LLVM runtime decides per call -- and the program stores
+    only the new part (``mask_bounds.update_region``): a cache that grows by a row per call
+    is not copied every call."""
+    if f.n_outputs != 1:
+        return None
+    out = f.outputs[0]
+    shape = [expr_str(from_sympy(d)) for d in out.shape]
+    for k, a in enumerate(f.inputs):
+        if a.dtype != out.dtype or len(a.shape) != len(shape):
+            continue
+        differ = [i for i, d in enumerate(a.shape) if expr_str(from_sympy(d)) != shape[i]]
+        if len(differ) == 1 and _overwritable(f.body, a, out):
+            return k, differ[0]
+    return None
+
+
 def _index_key(index: tuple) -> tuple | None:
     """The names of an index made of distinct loop variables and integer constants (the 0 of
     a unit axis, whose loop a nest drops), else None."""

@@ -52,6 +52,8 @@ class BufferPool:
         self._holder = None
         self._owned: dict = {}         # id(weakref) -> (weakref, block)
         self._whole: dict = {}         # id(a view handed out) -> the class-sized block
+        self._owner_of: dict = {}      # id(a block in _owned) -> its id(weakref) there
+        self._joint: dict = {}         # id(a grown block) -> [owners alive, the block to put, id]
         self.hits = self.misses = self.returned = self.dropped = 0
 
     def take(self, nbytes: int):
@@ -94,12 +96,62 @@ class BufferPool:
         """Give ``blk`` back once ``owner`` is garbage collected (what ``weakref.finalize``
         does, at a third of its cost: a weak reference with a callback, kept alive here)."""
         r = weakref.ref(owner, self._dead)
-        self._owned[id(r)] = (r, blk)
+        self._owned[id(r)] = (r, blk, None)
+        self._owner_of[id(blk)] = id(r)
 
     def _dead(self, r) -> None:
         entry = self._owned.pop(id(r), None)
-        if entry is not None:
-            self.put(entry[1])
+        if entry is None:
+            return
+        _, blk, joint = entry
+        if joint is not None:              # a block grown into (``grow``): its last owner
+            joint[0] -= 1
+            if joint[0] > 0:
+                return
+            self._joint.pop(joint[2], None)
+        self._owner_of.pop(id(blk), None)
+        self.put(blk)
+
+    def grow(self, a: np.ndarray, shape: tuple, dtype) -> np.ndarray | None:
+        """``a``'s memory as a C-contiguous array of ``shape`` and ``dtype``, or None: ``a``
+        must be a result from this pool (an array over a memoryview of a block lent by
+        ``take``/``new`` and given back when it dies, ``RunnerMemory.out``) that starts its
+        block, C-contiguous, with the block long enough.  The block goes back once ``a``,
+        the new array and every other array grown in it are dead (a caller may use ``a``
+        again, after donating it: it then sees the longer array's first elements)."""
+        if not a.flags.c_contiguous:
+            return None
+        flat = a
+        while isinstance(flat.base, np.ndarray):
+            flat = flat.base
+        if not isinstance(flat.base, memoryview) or not isinstance(flat.base.obj, np.ndarray):
+            return None
+        blk = flat.base.obj
+        start = blk.__array_interface__["data"][0]
+        itemsize = np.dtype(dtype).itemsize
+        nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+        if a.__array_interface__["data"][0] != start:
+            return None
+        self._acquire()
+        try:
+            whole = self._whole.get(id(blk), blk)
+            if whole.nbytes < nbytes or whole.__array_interface__["data"][0] != start:
+                return None
+            joint = self._joint.get(id(whole))
+            if joint is None:              # the first growth: ``a``'s owner shares the block
+                rid = self._owner_of.get(id(blk))
+                if rid is None:
+                    return None
+                r, key, _ = self._owned[rid]
+                joint = self._joint[id(whole)] = [1, key, id(whole)]
+                self._owned[rid] = (r, key, joint)
+            joint[0] += 1
+            grown = np.frombuffer(memoryview(whole), dtype, nbytes // itemsize)
+            r = weakref.ref(grown, self._dead)
+            self._owned[id(r)] = (r, joint[1], joint)
+        finally:
+            self._release()
+        return grown.reshape(shape)
 
     def _acquire(self) -> None:
         self._lock.acquire()

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...tir import BOOL, Assign, Const, For, If, Load, Local, Op, PrimFunc, Seq, Store, Var, from_sympy
 from ...compile.mask_bounds import update_region
-from ...tir.analysis import inplace_input
+from ...tir.analysis import growing_input, inplace_input
 from ...tir.index_checks import check_numbers
 from .irtypes import fconst, is_float, llty, memty, suffix
 from .scalar_ops import render_op
@@ -109,6 +109,8 @@ class KernelEmitter:
         # is noalias, and a loop that only copies it into the output is skipped when the two
         # are one (scatter's first phase: x.at[i].set(v) in a loop costs O(1), not O(n))
         k = inplace_input(f)
+        if k is None:                # or a concatenation onto an input whose block has room
+            k = (growing_input(f) or (None,))[0]
         self.may_alias = {} if k is None else {f.inputs[k].name: f.outputs[0].name}
         shared = set(self.may_alias) | set(self.may_alias.values())
         bufs = ", ".join(f"ptr {'' if b.name in shared else 'noalias '}%b{k}" for k, b in enumerate(f.params))

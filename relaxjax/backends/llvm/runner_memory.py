@@ -81,11 +81,26 @@ class RunnerMemory:
             pool.put_when_dead(flat, blk)
             return flat if len(shape) == 1 else flat.reshape(shape)
 
+        def out_room(shape, dtype):
+            # a result that may grow in place next call (``BufferPool.grow``): a quarter
+            # more room after it (4 KiB at least), so a cache growing a row per call is
+            # copied once every len / 4 calls, not every call
+            itemsize = np.dtype(dtype).itemsize
+            n = itemsize
+            for d in shape:
+                n *= d
+            if n == 0:
+                return np.empty(shape, dtype)
+            blk = take(n + max(n // 4, 4096), _ALLOC_OUT)
+            flat = frombuffer(memoryview(blk), dtype, n // itemsize)
+            pool.put_when_dead(flat, blk)
+            return flat.reshape(shape)
+
         def give(*blocks):
             for b in blocks:
                 if b is not None:
                     pool.put(b)
-        g.update(_st=st, _nd=nd, _take=take, _out=out, _give=give)
+        g.update(_st=st, _nd=nd, _take=take, _out=out, _out_room=out_room, _give=give)
 
     def prologue(self, local: dict) -> list:
         L = [f"  _a0 = _st[{_ALLOC_TMP}]; _o0 = _st[{_ALLOC_OUT}]", "  _na = _no = 0"]

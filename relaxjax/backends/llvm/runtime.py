@@ -22,7 +22,7 @@ from .engine import (_NATIVE_FAILED, compile_llvm, generated_products, kernel_co
                      module_with_kernels, native_code, prepare_process, set_native_pointers)
 from .runner_memory import (_ALLOC_OUT, _ALLOC_TMP, _CALLS, _HITS, _LAST_OUT, _LAST_TMP, _MISSES,
                             RunnerMemory, _rename)
-from ...tir.analysis import inplace_input
+from ...tir.analysis import growing_input, inplace_input
 from ...tir.families import families
 from ...tir.index_checks import ERROR_RECORD, index_error
 from .epilogue import epilogue_pairs
@@ -174,7 +174,7 @@ class LLVMExecutable(Executable):
     def _runner_globals(self) -> dict:
         """The generated runner's globals that live in this process: functions, the memory
         closures, the segments' entry points, the constants."""
-        g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64, "_donatable": _donatable,
+        g = {"np": np, "_empty": np.empty, "_asc": _contiguous, "_int64": np.int64, "_donatable": _donatable, "_grow": _grow,
              "_shared_owners": _shared_owners,
              "_host": self._host_op, "_lib": self._library_call,
              "_liberr": self._library_error, "min": min, "max": max}
@@ -223,8 +223,10 @@ class LLVMExecutable(Executable):
             L.append(f"  _b[{k}] = _c{k}")
         if mem is not None:
             L += mem.prologue(local)
-        donors = self._donors()
-        if donors:
+        donors, growers = self._donors()
+        if mem is None:
+            growers = {}
+        if donors or growers:
             L.append("  _sh = _shared_owners(arrays)")
         for si, st in enumerate(self.steps):
             if isinstance(st, (Segment, LibraryHostCall)):
@@ -241,6 +243,11 @@ class LLVMExecutable(Executable):
                             k = self.slot_of[donors[v]]
                             L += [f"  if _donatable(_b[{k}], arrays, {k}, _sh):",
                                   f"    _b[{self.slot_of[v]}] = _b[{k}]", "  else:", *("  " + line for line in alloc)]
+                        elif v in growers:          # its memory, when it has room (else new, with room)
+                            (p, axis), j = growers[v], self.slot_of[v]
+                            k = self.slot_of[p]
+                            L += [f"  _g = _grow(_b[{k}], arrays, {k}, _sh, {shape}, {axis}, _t{j})",
+                                  f"  _b[{j}] = _g if _g is not None else _out_room({shape}, _t{j})"]
                         else:
                             L += alloc
                 if isinstance(st, LibraryHostCall):
@@ -271,15 +278,17 @@ class LLVMExecutable(Executable):
         L.append(f"  return [{', '.join(res)}]")
         return "\n".join(L), data
 
-    def _donors(self) -> dict:
+    def _donors(self) -> tuple[dict, dict]:
         """Results to write into a donated parameter's array (``jit``'s ``donate_argnums``):
         result -> parameter, where a program updates the parameter in place into the result
         (``tir.analysis.inplace_input``) and nothing else reads the parameter; the program
-        then stores only what it changes (``codegen``: ``update_region``)."""
+        then stores only what it changes (``codegen``: ``update_region``).  And results
+        that may grow a donated parameter's memory: result -> (parameter, axis), a
+        concatenation onto it (``tir.analysis.growing_input``; ``_grow`` decides per call)."""
         fn = self.fn
         donated = {fn.params[k] for k in fn.attrs.get("donated", ())}
         if not donated:
-            return {}
+            return {}, {}
         uses: dict = {}
         for b in fn.bindings:
             for a in b.args:
@@ -287,19 +296,27 @@ class LLVMExecutable(Executable):
                     uses[a] = uses.get(a, 0) + 1
         results = [r for r in fn.results if isinstance(r, Var)]
         planned = self.memory_plan.storage_of if self.memory_plan is not None else {}
-        out = {}
+        out, grow = {}, {}
         for b in fn.bindings:
             if b.kind != "tir" or len(b.outvars) != 1:
                 continue
-            j = inplace_input(b.callee)
             r = b.outvars[0]
-            if j is None or r not in results or r in planned or r in out:
+            if r not in results or r in planned or r in out or r in grow:
                 continue
-            p = b.args[j]
-            if p in donated and uses.get(p) == 1 and p not in results and p.type == r.type:
-                out[r] = p
-                donated.discard(p)
-        return out
+            j = inplace_input(b.callee)
+            if j is not None:
+                p = b.args[j]
+                if p in donated and uses.get(p) == 1 and p not in results and p.type == r.type:
+                    out[r] = p
+                    donated.discard(p)
+                continue
+            g = growing_input(b.callee)
+            if g is not None:
+                p = b.args[g[0]]
+                if p in donated and uses.get(p) == 1 and p not in results:
+                    grow[r] = (p, g[1])
+                    donated.discard(p)
+        return out, grow
 
     def memory_stats(self, dims: dict | None = None) -> dict:
         """How calls use memory.  ``allocations_per_call``: NumPy allocations (intermediates
@@ -477,6 +494,16 @@ def _donatable(buf: np.ndarray, arrays, k: int, shared: set) -> bool:
     if buf is not a:
         return True
     return type(a) is np.ndarray and a.flags.writeable and k not in shared
+
+
+def _grow(buf: np.ndarray, arrays, k: int, shared: set, shape: tuple, axis: int, dtype):
+    """Argument ``k``'s memory as the result of ``shape`` (longer than it along ``axis``),
+    or None: it must be donatable (``_donatable``), its dims before ``axis`` 1 (so its
+    elements keep their places in the longer array) and its block from the pool long
+    enough (``BufferPool.grow``)."""
+    if any(d != 1 for d in shape[:axis]) or not _donatable(buf, arrays, k, shared):
+        return None
+    return POOL.grow(buf, shape, dtype)
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
