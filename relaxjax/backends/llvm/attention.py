@@ -81,8 +81,9 @@ def _row_by_row(fn: Fn, vec: Vec, causal: bool, a: dict, item: dict, ws: dict) -
         mx = fn.slot(ty, ninf)
 
         def ahead(base, off, j, ld):
-            # the row PREFETCH_KEYS on (the rows of one head are a row stride apart: the
-            # hardware's stride prefetch does not run far enough ahead of a 256-byte read)
+            # the row PREFETCH_KEYS on, its first 256 bytes (a head of 64 float32; the rows
+            # of one head are a row stride apart, and the hardware's stride prefetch does not
+            # run far enough ahead of such short reads: RESULTS.md, session 15)
             row = fn.value(f"getelementptr {ty}, ptr {base}, i64 {fn.add(off, fn.mul(fn.add(j, PREFETCH_KEYS), ld))}")
             for line in range(0, 256, 64):
                 p = fn.value(f"getelementptr i8, ptr {row}, i64 {line}")

@@ -50,7 +50,7 @@ class BufferPool:
         self._bytes = 0
         self._lock = threading.Lock()
         self._holder = None
-        self._owned: dict = {}         # id(weakref) -> (weakref, block)
+        self._owned: dict = {}         # id(weakref) -> (weakref, block, its _joint record or None)
         self._whole: dict = {}         # id(a view handed out) -> the class-sized block
         self._owner_of: dict = {}      # id(a block in _owned) -> its id(weakref) there
         self._joint: dict = {}         # id(a grown block) -> [owners alive, the block to put, id]
