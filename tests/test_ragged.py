@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import relaxjax as rj
 import relaxjax.nn as nn
 import relaxjax.numpy as rnp
-from relaxjax import ragged
+from relaxjax import ragged, ragged_segments
 
 from helpers import BACKENDS
 
@@ -207,6 +207,45 @@ def test_reductions_over_the_ragged_axis_in_every_dtype(lengths, inner, dtype, s
         np.testing.assert_allclose(s.astype(np.float64), want_sum, rtol=tol, atol=tol * 100)
         np.testing.assert_array_equal(mx, want_max.astype(dtype))
         np.testing.assert_array_equal(mn, want_min.astype(dtype))
+
+
+@given(lengths=st.lists(st.sampled_from([0, 1, 7, 127, 128, 129, 255, 256, 257, 1000, 3001]), min_size=1, max_size=6),
+       dtype=st.sampled_from(["float32", "float64", "int64"]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=10, deadline=None)
+def test_reductions_over_long_sequences_run_by_tiles(lengths, dtype, seed):
+    """A sequence longer than a tile (``ragged_segments.TILE_ROWS``) is reduced by tiles of
+    its rows in parallel, then their partial results (CoRa's split of work inside a
+    sequence): tile edges (127-129, 255-257 rows), one long sequence among short or empty
+    ones, on every backend; and the gradient of a sum and a max through them."""
+    assert ragged_segments.TILE_ROWS == 128
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal((int(sum(lengths)), 3)) * 20).astype(dtype)
+    r = ragged.from_lengths(values, np.array(lengths))
+    parts = np.split(values, np.cumsum(lengths)[:-1])
+    low, high = ((-np.inf, np.inf) if np.dtype(dtype).kind == "f" else
+                 (np.iinfo(dtype).min, np.iinfo(dtype).max))
+    want = (np.stack([p.astype(np.float64).sum(0) if len(p) else np.zeros(3) for p in parts]),
+            np.stack([p.max(0) if len(p) else np.full(3, low) for p in parts]),
+            np.stack([p.min(0) if len(p) else np.full(3, high) for p in parts]))
+    for backend in BACKENDS:
+        s, mx, mn = _EXTREMES[backend](r)
+        np.testing.assert_allclose(s.astype(np.float64), want[0], rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=1e-2 if dtype == "float32" else 1e-9)
+        np.testing.assert_array_equal(mx, want[1].astype(dtype))
+        np.testing.assert_array_equal(mn, want[2].astype(dtype))
+    if dtype == "float64":
+        def loss(x, off):
+            q = ragged.from_offsets(x, off)
+            return (q.sum(axis=1) ** 2).sum() + q.max(axis=1).sum()
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        got = rj.jit(rj.grad(loss))(values, off)
+        grad = np.zeros_like(values)
+        for p0, p1 in zip(off[:-1], off[1:]):
+            if p1 > p0:
+                seg = values[p0:p1]
+                hit = seg == seg.max(0)
+                grad[p0:p1] = 2 * seg.sum(0) + hit / hit.sum(0)
+        np.testing.assert_allclose(got, grad, rtol=1e-10)
 
 
 def test_ragged_axis_reductions_run_variable_loops_and_differentiate():
