@@ -64,6 +64,14 @@ class PackedOperators:
     def dtype(self):
         return self.values.dtype
 
+    def _check_packing(self, values) -> None:
+        """``values`` must pack as many rows (entries) as this one's, a ValueError otherwise
+        (traced sizes are compared when the function runs)."""
+        if values.shape[0] != self.values.shape[0] and not _traced(values.shape[0], self.values.shape[0]):
+            what, unit, holder = self._PACKING
+            raise ValueError(f"{what}: {values.shape[0]} packed {unit} for {holder} of "
+                             f"{self.values.shape[0]} {unit} in all")
+
     def __add__(self, o): return rnp.add(self, o)
     def __radd__(self, o): return rnp.add(o, self)
     def __sub__(self, o): return rnp.subtract(self, o)
@@ -87,6 +95,7 @@ class PackedOperators:
 class RaggedArray(PackedOperators):
     """``batch`` sequences of ``lengths[b]`` rows of shape ``inner``, packed (see ``relaxjax.ragged``)."""
     __slots__ = ("values", "offsets")
+    _PACKING = ("ragged", "rows", "sequences")          # (for _check_packing's message)
 
     def __init__(self, values, offsets):
         self.values, self.offsets = values, offsets
@@ -104,9 +113,7 @@ class RaggedArray(PackedOperators):
 
     def with_values(self, values) -> "RaggedArray":
         """The same sequences (the same offsets) holding ``values``, packed alike."""
-        if values.shape[0] != self.values.shape[0] and not _traced(values.shape[0], self.values.shape[0]):
-            raise ValueError(f"ragged: {values.shape[0]} packed rows for sequences of "
-                             f"{self.values.shape[0]} rows in all")
+        self._check_packing(values)
         return RaggedArray(values, self.offsets)
 
     def segment_ids(self):

@@ -118,6 +118,7 @@ class RaggedBlock(PackedOperators):
     """Per sequence ``b`` a ``len[b] x len[b]`` block of rows of shape ``inner``, packed (see
     the module).  Make one with :func:`matmul_t`, :meth:`from_list` or :meth:`from_parts`."""
     __slots__ = ("values", "offsets", "block_offsets", "_shared")
+    _PACKING = ("ragged block", "entries", "blocks")   # (for _check_packing's message)
 
     def __init__(self, values, offsets, block_offsets):
         # no checks: the pytree rebuilds blocks from whatever stands for the leaves
@@ -167,9 +168,7 @@ class RaggedBlock(PackedOperators):
 
     def _like(self, values) -> "RaggedBlock":
         """This block's sequences (and index arrays) holding ``values`` (``(P, *inner)``)."""
-        if values.shape[0] != self.values.shape[0] and not _traced(values.shape[0], self.values.shape[0]):
-            raise ValueError(f"ragged block: {values.shape[0]} packed entries for blocks of "
-                             f"{self.values.shape[0]} entries in all")
+        self._check_packing(values)
         out = RaggedBlock(values, self.offsets, self.block_offsets)
         out._shared = self._shared
         return out
