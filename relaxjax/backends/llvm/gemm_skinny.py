@@ -34,12 +34,11 @@ def _tile(b: Blocking, name: str, mb: int) -> str:
     vec = Vec(fn, b)
     ty, V = b.ty, b.lanes
 
-    def rows(start, stop, count, base, ld):
+    def rows(start, stop, count, base, ld):     # pointers to rows start.., clamped below stop
         last = fn.value(f"sub nsw i64 {stop}, 1")
-        idx = [_min(fn, fn.add(start, r), last) for r in range(count)]
-        return idx, [fn.at(ty, base, fn.mul(i, ld)) for i in idx]
-    _, arows = rows("%m0", "%m1", mb, "%A", "%lda")
-    _, brows = rows("%n0", "%n1", NB, "%B", "%ldb")
+        return [fn.at(ty, base, fn.mul(_min(fn, fn.add(start, r), last), ld)) for r in range(count)]
+    arows = rows("%m0", "%m1", mb, "%A", "%lda")
+    brows = rows("%n0", "%n1", NB, "%B", "%ldb")
     accs = [[fn.slot(vec.vt, "zeroinitializer") for _ in range(NB)] for _ in range(mb)]
 
     def step(k, mask=None):
