@@ -198,26 +198,44 @@ def native_code() -> bool:
     return cache.enabled() and generated_products()
 
 
-# How a module is optimised: (speed level, loop and SLP vectorization).  Generated code is
-# O3 with both vectorizers.  The generated matrix products' micro-kernels are written with
-# explicit vectors, so they take O2 without the vectorizers (GEMM_PIPELINE): as fast in
-# benchmarks/gemm.py (every shape class within noise), and a little less to compile (the
-# two float32 products of a decode step: 0.34 + 0.38 -> 0.32 + 0.34 s of optimisation).
-O3 = (3, True)
-GEMM_PIPELINE = (2, False)
+@dataclass(frozen=True)
+class Pipeline:
+    """How a module is optimised: LLVM's default pipeline at speed ``level``, with or without
+    the loop and SLP vectorizers, or, where ``passes`` are given, those module passes alone
+    (llvmlite's ``add_<name>_pass``), in that order."""
+    level: int = 3
+    vectorize: bool = True
+    passes: tuple = ()
 
 
-def _optimize(text: str, tm, pipeline: tuple = O3):
-    """Parse, verify and optimise ``text`` for the host: ``pipeline`` is (speed level,
-    whether the loop and SLP vectorizers run)."""
+# Generated code is O3 with both vectorizers.  The generated matrix products' micro-kernels
+# are written with explicit vectors, loops with their accumulators in phis or promotable
+# slots: SROA, instruction combining and GVN leave the code the default pipelines leave (one
+# thread, every shape class of benchmarks/gemm.py within 1 %, RESULTS.md session 16), in a
+# sixth of the time: 0.05 s instead of O2's 0.33 (O1: 0.27) per product, about 0.3 s of a
+# cold first token.  The attention modules, also explicit vectors, lose 10-14 % without
+# the default pipeline (its inlining and loop passes), and stay at O3.
+O3 = Pipeline()
+GEMM_PIPELINE = Pipeline(2, False, ("sroa", "instruction_combine", "simplify_cfg", "new_gvn",
+                                    "instruction_combine", "aggressive_dce", "simplify_cfg",
+                                    "global_dead_code_eliminate"))
+
+
+def _optimize(text: str, tm, pipeline: Pipeline = O3):
+    """Parse, verify and optimise ``text`` for the host as ``pipeline`` says."""
     mod = llvm.parse_assembly(text)
     mod.verify()
-    level, vectorize = pipeline
-    pto = llvm.create_pipeline_tuning_options(speed_level=level)
-    pto.loop_vectorization = bool(vectorize)
-    pto.slp_vectorization = bool(vectorize)
+    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.level)
+    pto.loop_vectorization = pipeline.vectorize
+    pto.slp_vectorization = pipeline.vectorize
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    if pipeline.passes:
+        mpm = llvm.create_new_module_pass_manager()
+        for name in pipeline.passes:
+            getattr(mpm, f"add_{name}_pass")()
+    else:
+        mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
     return mod
 
 
@@ -256,9 +274,9 @@ class SharedModule:
     inspection needs it)."""
 
     def __init__(self, text: str | None, entry_names: list, exports: bool = True,
-                 data: bytes | None = None, digest: str | None = None, pipeline: tuple = O3):
+                 data: bytes | None = None, digest: str | None = None, pipeline: Pipeline = O3):
         self.text = text
-        self.pipeline = tuple(pipeline)
+        self.pipeline = pipeline
         self.digest = digest or _digest(text)
         mode = ctypes.RTLD_GLOBAL if exports else ctypes.RTLD_LOCAL
         self._optimized = None
@@ -266,7 +284,7 @@ class SharedModule:
         if data is not None:          # a stored executable's own copy: no cache lookup
             self.lib = _load_private(data, mode)
         else:
-            parts = cache_key_parts(text) + ((self.pipeline,) if self.pipeline != O3 else ())
+            parts = cache_key_parts(text) + ((repr(self.pipeline),) if self.pipeline != O3 else ())
             data = cache.get("llvm", parts, ".so")
             if data is not None:
                 try:
