@@ -47,7 +47,7 @@ from typing import Callable
 from ...library import loader
 from . import target
 from .attention_vec import Fn, Vec, fp_const, reciprocal
-from .engine import compile_llvm, generated_products, prepare_process
+from .engine import ATTENTION_PIPELINE, compile_llvm, generated_products, prepare_process
 from .gemm import DECLARATIONS as GEMM_DECLARATIONS, Blocking, _micro_kernel, _min, _splat, blocking, team_wanted
 
 ROW_MAX = 8          # a block of this many queries or fewer runs row by row
@@ -529,7 +529,7 @@ def _compiled(dtype_char: str, causal: bool, lengths: int, varlen: bool):
     the persistent cache) or in memory where no linker is found; kept for the process."""
     prepare_process()
     text = attention_text(dtype_char, causal, target.vector_bits(), lengths, varlen)
-    return compile_llvm(text, [], native=generated_products())
+    return compile_llvm(text, [], native=generated_products(), pipeline=ATTENTION_PIPELINE)
 
 
 def address(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False) -> int:

@@ -213,9 +213,12 @@ class Pipeline:
 # slots: SROA, instruction combining and GVN leave the code the default pipelines leave (one
 # thread, every shape class of benchmarks/gemm.py within 1 %, RESULTS.md session 16), in a
 # sixth of the time: 0.05 s instead of O2's 0.33 (O1: 0.27) per product, about 0.3 s of a
-# cold first token.  The attention modules, also explicit vectors, lose 10-14 % without
-# the default pipeline (its inlining and loop passes), and stay at O3.
+# cold first token.  The attention modules, also explicit vectors, lose 10-14 % with those
+# passes alone, but run as fast at O1 as at O3 (W5 at s = 128 and 1024, causal 8 heads,
+# decode against a cache of 1000 at batch 1 and 8: within the runs' noise) and take 0.05 s
+# instead of 0.08 (ATTENTION_PIPELINE).
 O3 = Pipeline()
+ATTENTION_PIPELINE = Pipeline(1, False)
 GEMM_PIPELINE = Pipeline(2, False, ("sroa", "instruction_combine", "simplify_cfg", "new_gvn",
                                     "instruction_combine", "aggressive_dce", "simplify_cfg",
                                     "global_dead_code_eliminate"))
@@ -243,11 +246,11 @@ class CompiledModule:
     """An LLVM module optimised and JIT-compiled in memory (MCJIT); ``functions[name]`` are
     ctypes callables."""
 
-    def __init__(self, text: str, entry_names: list):
+    def __init__(self, text: str, entry_names: list, pipeline: Pipeline = O3):
         target.init()
         self.text = text
         tm = target.target_machine()
-        mod = _optimize(text, tm)
+        mod = _optimize(text, tm, pipeline)
         self.optimized = str(mod)
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
@@ -387,18 +390,19 @@ def set_native_pointers(module, natives: dict) -> None:
         ctypes.c_void_p.from_address(where).value = addr
 
 
-def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bool = False):
+def compile_llvm(text: str, entry_names: list, native: bool = False, exports: bool = False,
+                 pipeline: Pipeline = O3):
     """Compile once per distinct module text in this process: in memory with MCJIT, or
     (``native``) as a shared library through the persistent cache, whose symbols later
-    libraries resolve when ``exports``."""
+    libraries resolve when ``exports``; optimised as ``pipeline`` says."""
     key = (native, _digest(text))
     with _LOCK:
         cm = _ENGINES.get(key)
         if cm is None:
             if native:
                 _runtime_library()
-            cm = _ENGINES[key] = SharedModule(text, entry_names, exports, digest=key[1]) if native \
-                else CompiledModule(text, entry_names)
+            cm = _ENGINES[key] = SharedModule(text, entry_names, exports, digest=key[1], pipeline=pipeline) \
+                if native else CompiledModule(text, entry_names, pipeline)
         elif cm.text is None:         # loaded from a stored executable: now its text is known
             cm.text = text
     return cm
