@@ -66,6 +66,24 @@ def test_ragged_ops_match_a_loop_over_sequences(lengths, seed):
         np.testing.assert_allclose(var_all, all_h.var() if len(all_h) else np.nan, rtol=1e-10)
 
 
+
+def test_ragged_ops_on_the_cuda_emulator():
+    """The same layer through the CUDA backend's code, run by its CPU emulator (CI has no
+    GPU): the ragged reductions' variable loops, tiles of a long sequence included."""
+    f = rj.jit(_layer, backend="cuda-emulated")
+    rng = np.random.default_rng(3)
+    w, b, g = rng.standard_normal((5, 7)) / 2, rng.standard_normal(7), rng.standard_normal(7)
+    for lengths in ([2, 0, 5], [1], [3, 3, 3], [0, 1, 300]):
+        seqs = [rng.standard_normal((n, 5)) for n in lengths]
+        want = [_layer_np(x, w, b, g) for x in seqs]
+        h, s, m, mx, col, row, var, mn, _ = f(ragged.from_list(seqs), w, b, g)
+        for got, k in ((h, 0), (col, 4), (row, 5)):
+            for seq, ref in zip(got.to_list(), want):
+                np.testing.assert_allclose(seq, ref[k], rtol=1e-10, atol=1e-12)
+        for got, k in ((s, 1), (m, 2), (mx, 3), (var, 6), (mn, 7)):
+            np.testing.assert_allclose(got, np.stack([ref[k] for ref in want]), rtol=1e-10, atol=1e-12)
+    assert f.cache_info().compiles == 1
+
 def test_one_compile_for_every_batch_and_lengths():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 3))

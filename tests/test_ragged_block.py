@@ -303,3 +303,21 @@ def test_bad_input_says_what_is_wrong():
         RaggedBlock.from_list([np.zeros((2, 3))])
     with pytest.raises(ValueError, match="no blocks"):
         RaggedBlock.from_list([])
+
+
+_EMULATED: dict = {}
+
+
+@pytest.mark.parametrize("heads", [0, 2])
+def test_block_ops_on_the_cuda_emulator(heads):
+    """Every block op through the CUDA backend's code, run by its CPU emulator (CI has no
+    GPU): empty sequences, batch 1, equal lengths, one long sequence, one compile for all."""
+    f = _EMULATED.setdefault(heads, rj.jit(_ops, backend="cuda-emulated"))
+    rng = np.random.default_rng(heads)
+    for lengths in ([3, 0, 5], [1], [4, 4, 4], [0, 2, 23]):
+        q, k, v = _qkv(rng, lengths, heads)
+        bias = rng.standard_normal((heads,) if heads else ())
+        want = [_ops_np(qb, kb, vb, bias, 0.7, 1 if heads else 0)
+                for qb, kb, vb in zip(q.to_list(), k.to_list(), v.to_list())]
+        _compare(f(q, k, v, bias, np.float64(0.7)), want, rtol=1e-10, atol=1e-10)
+    assert f.cache_info().compiles == 1
