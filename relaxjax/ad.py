@@ -172,24 +172,33 @@ LIBRARY_VJPS.update({attention_lengths_name(d): _attention_lengths_vjp for d in 
 LIBRARY_VJPS.update({attention_lengths_name(d, True): _attention_qlengths_vjp for d in ("float32", "float64")})
 
 
-def _attention_varlen_vjp(causal: bool):
+def _attention_varlen_vjp(causal: bool, cross: bool = False):
     """The rule of attention over packed sequences (``library.attention_varlen_name``): the
-    scores of all T packed rows against all T, masked to each row's own sequence (and its
-    earlier positions when causal), recomputed and differentiated; the scale too, which may
-    be traced.  Memory O(N T^2) (a varlen backward kernel would keep it per sequence)."""
-    def rule(ct, q, k, v, scale, offsets, out):
-        rows = rnp.arange(q.shape[0])
-        seq = rnp.searchsorted(offsets[1:], rows, side="right")           # each row's sequence
-        keep = seq[:, None] == seq[None, :]
-        if causal:                         # within one sequence, global order is its order
-            keep = rnp.logical_and(keep, rows[None, :] <= rows[:, None])
+    scores of all T packed query rows against all the key rows (T, or Tk for ``cross``),
+    masked to each query's own sequence (and, when causal, to the keys at or before its
+    position in it), recomputed and differentiated; the scale too, which may be traced.
+    Memory O(N T Tk) (a varlen backward kernel would keep it per sequence)."""
+    def positions(offsets, n):             # each packed row's sequence and position in it
+        rows = rnp.arange(n)
+        seq = rnp.searchsorted(offsets[1:], rows, side="right")
+        return seq, rows - rnp.take(offsets, seq)
+
+    def rule(ct, q, k, v, scale, offsets, *key_offsets, out):
+        qseq, qpos = positions(offsets, q.shape[0])
+        kseq, kpos = positions(key_offsets[0], k.shape[0]) if cross else (qseq, qpos)
+        keep = qseq[:, None] == kseq[None, :]
+        if causal:
+            keep = rnp.logical_and(keep, kpos[None, :] <= qpos[:, None])
+        if cross:                          # a query whose sequence has no keys: zeros, whatever q is
+            has_keys = rnp.take(key_offsets[0][1:] - key_offsets[0][:-1], qseq) > 0
+            ct = rnp.where(has_keys[:, None, None], ct, rnp.zeros((), ct.dtype))
         _, pullback = vjp(lambda q, k, v, c: nn.attention_scores(q, k, v, None, keep, c, False), q, k, v, scale)
-        return (*pullback(ct), None)
+        return (*pullback(ct), None) + ((None,) if cross else ())
     return rule
 
 
-LIBRARY_VJPS.update({attention_varlen_name(d, c): _attention_varlen_vjp(c) for d in ("float32", "float64")
-                     for c in (False, True)})
+LIBRARY_VJPS.update({attention_varlen_name(d, c, x): _attention_varlen_vjp(c, x) for d in ("float32", "float64")
+                     for c in (False, True) for x in (False, True)})
 LIBRARY_VJPS.update(LINALG_VJPS)
 
 

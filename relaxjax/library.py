@@ -446,19 +446,29 @@ def attention_reference(xp_name: str, causal: bool, lengths: int = 0):
 
 
 
-def attention_varlen_name(dtype, causal: bool) -> str:
+def attention_varlen_name(dtype, causal: bool, cross: bool = False) -> str:
     """Attention within each of ``B`` sequences packed along axis 0 (FlashAttention's varlen
     form; ``relaxjax.ragged``'s layout): inputs q (T, N, H), k (T, K, H), v (T, K, Hv) with K
     dividing N, a 0-d scale and ``offsets`` (B + 1,) int64, sequence b being rows
     ``offsets[b]:offsets[b + 1]`` of all three; output (T, N, Hv).  Causal: key j <= query i,
     both counted from their sequence's start.  The offsets must run from 0 to T without
-    decreasing (an empty sequence has no rows), else ``ValueError``."""
-    return f"nn.attention_varlen{'_causal' if causal else ''}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+    decreasing (an empty sequence has no rows), else ``ValueError``.
+
+    ``cross``: the keys and values are sequences of their own (cross attention between two
+    packed batches, FlashAttention's ``cu_seqlens_q`` and ``cu_seqlens_k``): k (Tk, K, H), v
+    (Tk, K, Hv) and ``key_offsets`` (B + 1,) after ``offsets``, query sequence b attending to
+    key rows ``key_offsets[b]:key_offsets[b + 1]`` (causal: key j <= query i, as
+    ``attention_name``'s for a query and key length that differ)."""
+    return (f"nn.attention_varlen{'_cross' if cross else ''}{'_causal' if causal else ''}_"
+            f"{'f32' if np.dtype(dtype) == np.float32 else 'f64'}")
 
 
 VARLEN_ERRORS = {1: "the offsets must run from 0 to the number of packed rows without decreasing",
                  2: "q, k and v must have the same packed rows, k the head size of q, k and v the "
-                    "same heads, dividing q's, and offsets at least one entry"}
+                    "same heads, dividing q's, and offsets at least one entry",
+                 3: "q and k the same head size, k and v the same packed rows and heads, the key "
+                    "heads dividing q's, and offsets and key offsets one entry per sequence and "
+                    "one more (at least one)"}
 
 
 def _varlen_error(status: int) -> BaseException:
@@ -466,29 +476,43 @@ def _varlen_error(status: int) -> BaseException:
                       f"{VARLEN_ERRORS.get(status, f'failed with status {status}')}")
 
 
-def check_varlen_shapes(q, k, v, offsets) -> None:
-    """The ``ValueError`` of status 2 when the arrays of an ``attention_varlen_name`` call
-    do not fit together (what the native implementation checks too)."""
+def check_varlen_shapes(q, k, v, offsets, key_offsets=None) -> None:
+    """The ``ValueError`` of status 2 (3 with ``key_offsets``, the cross variant) when the
+    arrays of an ``attention_varlen_name`` call do not fit together (what the native
+    implementation checks too)."""
     (T, N, H), (Tk, K, Hk), (Tv, Kv, _) = q.shape, k.shape, v.shape
     heads = K == 0 and N > 0 or K > 0 and N % K
-    if Tk != T or Tv != T or Hk != H or Kv != K or heads or offsets.shape[0] < 1:
-        raise _varlen_error(2)
+    if key_offsets is None:
+        if Tk != T or Tv != T or Hk != H or Kv != K or heads or offsets.shape[0] < 1:
+            raise _varlen_error(2)
+    elif Tv != Tk or Hk != H or Kv != K or heads or offsets.shape[0] < 1 or \
+            key_offsets.shape[0] != offsets.shape[0]:
+        raise _varlen_error(3)
 
 
-def attention_varlen_reference(xp_name: str, causal: bool):
+def _host_offsets(offsets, rows: int):
+    """Offsets on the host, checked to run from 0 to ``rows`` without decreasing."""
+    off = np.asarray(offsets.get() if hasattr(offsets, "get") else offsets)
+    if off[0] != 0 or off[-1] != rows or np.any(np.diff(off) < 0):
+        raise _varlen_error(1)
+    return off.tolist()
+
+
+def attention_varlen_reference(xp_name: str, causal: bool, cross: bool = False):
     """The reference (NumPy) or CuPy implementation of ``attention_varlen_name``: each
     sequence through ``attention_reference`` as a batch of one (the offsets read on the
     host)."""
     dense = attention_reference(xp_name, causal)
 
-    def run(q, k, v, scale, offsets, out):
-        check_varlen_shapes(q, k, v, offsets)
-        off = np.asarray(offsets.get() if hasattr(offsets, "get") else offsets)
-        if off[0] != 0 or off[-1] != q.shape[0] or np.any(np.diff(off) < 0):
-            raise _varlen_error(1)
-        for s, e in zip(off[:-1].tolist(), off[1:].tolist()):
+    def run(q, k, v, scale, offsets, *rest):
+        key_offsets = rest[0] if cross else None
+        out = rest[-1]
+        check_varlen_shapes(q, k, v, offsets, key_offsets)
+        off = _host_offsets(offsets, q.shape[0])
+        koff = _host_offsets(key_offsets, k.shape[0]) if cross else off
+        for s, e, ks, ke in zip(off[:-1], off[1:], koff[:-1], koff[1:]):
             if e > s:                  # the sequence as a batch of one: views, out written in place
-                dense(q[None, s:e], k[None, s:e], v[None, s:e], scale, out[None, s:e])
+                dense(q[None, s:e], k[None, ks:ke], v[None, ks:ke], scale, out[None, s:e])
     return run
 
 
@@ -508,11 +532,12 @@ for _d in ("float32", "float64"):
                      numpy=attention_reference("numpy", False, 2),
                      cuda=lazy(f"relaxjax.backends.cuda.attention:{_d}_qlengths"),
                      num_inputs=6, num_outputs=1, out_dtypes=[_d])
-for _c in (False, True):
-    for _d in ("float32", "float64"):
-        _s = f"{_d}_varlen{'_causal' if _c else ''}"
-        register_library(attention_varlen_name(_d, _c), cpu=lazy(f"relaxjax.backends.llvm.attention:{_s}"),
-                         numpy=attention_varlen_reference("numpy", _c),
-                         cuda=lazy(f"relaxjax.backends.cuda.attention:{_s}"),
-                         num_inputs=5, num_outputs=1, out_dtypes=[_d], error=_varlen_error)
-del _c, _d, _s
+for _x in (False, True):
+    for _c in (False, True):
+        for _d in ("float32", "float64"):
+            _s = f"{_d}_varlen{'_cross' if _x else ''}{'_causal' if _c else ''}"
+            register_library(attention_varlen_name(_d, _c, _x), cpu=lazy(f"relaxjax.backends.llvm.attention:{_s}"),
+                             numpy=attention_varlen_reference("numpy", _c, _x),
+                             cuda=lazy(f"relaxjax.backends.cuda.attention:{_s}"),
+                             num_inputs=6 if _x else 5, num_outputs=1, out_dtypes=[_d], error=_varlen_error)
+del _x, _c, _d, _s

@@ -168,7 +168,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
 
 
 
-def dot_product_attention_varlen(query, key, value, offsets, *, scale=None, is_causal: bool = False):
+def dot_product_attention_varlen(query, key, value, offsets, *, key_offsets=None, scale=None,
+                                 is_causal: bool = False):
     """Attention within each of ``B`` sequences packed one after the other along axis 0,
     without padding (FlashAttention's varlen form, one ``cu_seqlens`` for queries and keys;
     ``relaxjax.ragged``'s layout): ``query`` ``(T, N, H)``, ``key`` ``(T, K, H)``, ``value``
@@ -177,6 +178,13 @@ def dot_product_attention_varlen(query, key, value, offsets, *, scale=None, is_c
     non-decreasing; an empty sequence has no rows).  ``is_causal``: key ``j <= i`` for query
     ``i``, both counted from the sequence's start; ``scale`` (a number or a 0-d array)
     defaults to ``1 / sqrt(H)``.  Returns ``(T, N, Hv)``.
+
+    ``key_offsets`` (``B + 1`` integers from 0 to ``Tk``): cross attention between two packed
+    batches (FlashAttention's ``cu_seqlens_k``): ``key`` ``(Tk, K, H)`` and ``value`` ``(Tk, K,
+    Hv)`` hold sequences of their own, query sequence ``b`` attending to key rows
+    ``key_offsets[b]:key_offsets[b + 1]`` (a decoder's queries to its encoder's outputs);
+    ``is_causal`` then keeps key ``j <= i`` as ``dot_product_attention`` does for a query
+    and a key length that differ.
 
     One library call (``library.attention_varlen_name``): on the CPU the blocked kernel of
     ``nn.attention_*`` with its work items (sequence, query block, head) found from the
@@ -187,10 +195,9 @@ def dot_product_attention_varlen(query, key, value, offsets, *, scale=None, is_c
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"dot_product_attention_varlen: query, key and value must be packed as (rows, heads, "
                          f"head_dim); got ranks {q.ndim}, {k.ndim}, {v.ndim}")
-    offsets = arr(offsets)
-    if offsets.ndim != 1 or not np.issubdtype(dtype_of(offsets), np.integer):
-        raise ValueError(f"dot_product_attention_varlen: offsets must be a 1-d integer array (batch + 1 "
-                         f"entries), got rank {offsets.ndim} and dtype {dtype_of(offsets)}")
+    offsets = _offsets_arg(offsets, "offsets")
+    if key_offsets is not None:
+        key_offsets = _offsets_arg(key_offsets, "key_offsets")
     n_heads, kv_heads = int(q.shape[-2]), int(k.shape[-2])
     if int(v.shape[-2]) != kv_heads or (kv_heads == 0 and n_heads) or (kv_heads and n_heads % kv_heads):
         raise ValueError(f"dot_product_attention_varlen: {n_heads} query heads need a key/value head count "
@@ -207,12 +214,26 @@ def dot_product_attention_varlen(query, key, value, offsets, *, scale=None, is_c
                          f"shape {tuple(shape(scale))}")
     q, k, v = (cast(t, dtype) for t in (q, k, v))
     e = env()
-    e.require_eq(shape(q)[0], shape(k)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and key")
-    e.require_eq(shape(q)[0], shape(v)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and value")
+    if key_offsets is None:
+        e.require_eq(shape(q)[0], shape(k)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and key")
+        e.require_eq(shape(q)[0], shape(v)[0], "dot_product_attention_varlen: packed rows (axis 0) of query and value")
+    else:
+        e.require_eq(shape(k)[0], shape(v)[0], "dot_product_attention_varlen: packed rows (axis 0) of key and value")
+        e.require_eq(shape(offsets)[0], shape(key_offsets)[0],
+                     "dot_product_attention_varlen: entries (batch + 1) of offsets and key_offsets")
     e.require_eq(shape(q)[2], shape(k)[2], "dot_product_attention_varlen: head size (axis 2) of query and key")
     out = ShapeDtypeStruct((wrap_dim(shape(q)[0]), wrap_dim(shape(q)[1]), wrap_dim(shape(v)[2])), dtype)
-    return call_library(attention_varlen_name(dtype, bool(is_causal)), q, k, v, scale,
-                        cast(offsets, np.dtype("int64")), out=out)
+    extra = () if key_offsets is None else (cast(key_offsets, np.dtype("int64")),)
+    return call_library(attention_varlen_name(dtype, bool(is_causal), key_offsets is not None), q, k, v, scale,
+                        cast(offsets, np.dtype("int64")), *extra, out=out)
+
+
+def _offsets_arg(offsets, name: str):
+    o = arr(offsets)
+    if o.ndim != 1 or not np.issubdtype(dtype_of(o), np.integer):
+        raise ValueError(f"dot_product_attention_varlen: {name} must be a 1-d integer array (batch + 1 "
+                         f"entries), got rank {o.ndim} and dtype {dtype_of(o)}")
+    return o
 
 def key_length_mask(lengths, key):
     """Key lengths (B,) as a mask of the scores (B, N, T, S): key j of batch b is kept

@@ -134,18 +134,26 @@ def softmax(r: "RaggedArray | RaggedBlock", axis: int = -1) -> "RaggedArray | Ra
 def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArray, *, scale=None,
                           is_causal: bool = False, max_len=None) -> RaggedArray:
     """Attention within each sequence (varlen attention): ragged ``query``/``key``/``value``
-    of inner shapes ``(N, H)``, ``(K, H)``, ``(K, Hv)`` over the same sequences (``K``
-    dividing ``N``), ``nn.dot_product_attention``'s semantics per sequence (``is_causal``:
-    positions counted from each sequence's start).  One library call on the packed values
-    and the offsets (``nn.dot_product_attention_varlen``): nothing is padded and the scores
-    are never formed; one compile serves every batch.  ``max_len`` is accepted for
-    compatibility and ignored (the padded form needed it inside ``jit``)."""
+    of inner shapes ``(N, H)``, ``(K, H)``, ``(K, Hv)`` (``K`` dividing ``N``),
+    ``nn.dot_product_attention``'s semantics per sequence (``is_causal``: positions counted
+    from each sequence's start).  ``key`` and ``value`` hold the same sequences; where they
+    are not ``query``'s (other offsets, the same batch), each query sequence attends to its
+    own key sequence: cross attention between two ragged batches (a decoder's queries over
+    its encoder's outputs; causal as ``nn.dot_product_attention`` for lengths that differ).
+    One library call on the packed values and the offsets
+    (``nn.dot_product_attention_varlen``): nothing is padded and the scores are never formed;
+    one compile serves every batch.  ``max_len`` is accepted for compatibility and ignored
+    (the padded form needed it inside ``jit``)."""
     del max_len                            # no padding: the longest length is not needed
     if not all(isinstance(t, RaggedArray) for t in (query, key, value)):
         raise TypeError("ragged dot_product_attention: query, key and value must be ragged arrays "
                         "(make them with relaxjax.ragged.from_lengths / from_list)")
-    key_values = _same_sequences(query, key)
-    value_values = _same_sequences(query, value)
+    # keys over the query's sequences (one offsets value, or equal ones outside jit), or others
+    own = key.offsets is query.offsets or not _traced(key.offsets, query.offsets) and \
+        np.array_equal(np.asarray(key.offsets), np.asarray(query.offsets))
+    first = query if own else key
+    key_values = _same_sequences(first, key) if own else key.values
+    value_values = _same_sequences(first, value, None if own else "ragged dot_product_attention: key and value")
     if len(query.inner_shape) != 2 or len(key.inner_shape) != 2 or len(value.inner_shape) != 2:
         raise ValueError(f"ragged dot_product_attention: inner shapes (heads, head_dim) expected, got "
                          f"{query.inner_shape}, {key.inner_shape}, {value.inner_shape}")
@@ -155,5 +163,7 @@ def dot_product_attention(query: RaggedArray, key: RaggedArray, value: RaggedArr
     work = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float32 if dtype == np.float16 else np.float64)
     q, k, v = (t if np.dtype(rnp.result_type(t)) == work else rnp.asarray(t).astype(work)
                for t in (query.values, key_values, value_values))
-    out = nn.dot_product_attention_varlen(q, k, v, query.offsets, scale=scale, is_causal=is_causal)
+    key_offsets = None if own else key.offsets
+    out = nn.dot_product_attention_varlen(q, k, v, query.offsets, key_offsets=key_offsets, scale=scale,
+                                          is_causal=is_causal)
     return query.with_values(out.astype(dtype) if dtype == np.float16 else out)

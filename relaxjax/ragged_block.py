@@ -50,8 +50,8 @@ Two blocks from separate ``matmul_t`` calls have unrelated run-time dims: an op 
 compares their offsets when it runs and asserts (``match_cast``) the second's entry count
 to be the first's.
 
-Not here: a block of two different sequence sets (cross attention between ragged
-batches), a column axis of another length than the rows, reductions over the batch axis,
+Not here: a block of two different sequence sets (cross attention between ragged batches
+runs fused, ``ragged.dot_product_attention`` with keys of their own sequences), a column axis of another length than the rows, reductions over the batch axis,
 ``keepdims`` over a ragged axis (the result is a ``RaggedArray``; :meth:`RaggedBlock.expand`
 spreads it back over a block), and one fused kernel for attention written this way.
 """

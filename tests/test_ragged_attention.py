@@ -92,14 +92,16 @@ def test_one_compile_for_every_batch(backend):
 def test_the_program_is_one_varlen_call_without_padding():
     rng = np.random.default_rng(0)
     q, k, v = packed(rng, [3, 0, 7], (2, 1), 8, 8, "float32")
-    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, max_len=16))     # max_len: ignored
+    # keys and values over the query's sequences (its offsets): attention within each
+    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, q.with_values(k.values), q.with_values(v.values),
+                                                            max_len=16))     # max_len: ignored
     lowered = f.lower(q, k, v)
     traced, optimized = lowered.as_text(), lowered.as_text("optimized")
     assert 'call_library("nn.attention_varlen_f32", q_values, k_values, v_values' in traced
     assert optimized.count("call_library(") == 1 and "nn.attention_varlen_f32" in optimized
     for text in (traced, optimized):     # to_padded gathers rows (take) from the values with a zero row appended
         assert "take" not in text and "concatenate" not in text and "call_tir" not in text
-    causal = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True)).lower(q, k, v)
+    causal = rj.jit(lambda q: ragged.dot_product_attention(q, q, q, is_causal=True)).lower(q)
     assert "nn.attention_varlen_causal_f32" in causal.as_text("optimized")
 
 
@@ -148,7 +150,7 @@ def test_bad_offsets_and_layouts_raise(backend):
     r = ragged.from_lengths(x, [2, 3])
     with pytest.raises(TypeError, match="must be ragged arrays"):
         ragged.dot_product_attention(r, x, r)
-    with pytest.raises(ValueError, match="elementwise operands have different lengths"):
+    with pytest.raises(ValueError, match="key and value hold different sequences"):
         ragged.dot_product_attention(r, ragged.from_lengths(x, [3, 2]), r)
 
 
@@ -174,6 +176,37 @@ def test_native_kernel_at_narrower_vector_widths(bits, dtype, causal):
     assert status == 0
     tol = 1e-10 if dtype == "float64" else 2e-5
     np.testing.assert_allclose(arrays[5], per_sequence(q, k, v, lengths, 0.3, causal), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("bits,dtype,causal", [(256, "float32", True), (128, "float64", False)])
+def test_native_cross_kernel_at_narrower_vector_widths(bits, dtype, causal):
+    """The cross variant likewise: key sequences longer, shorter and empty against the
+    queries', through the library ABI (status 3 for key offsets of another batch)."""
+    from relaxjax.backends.llvm import attention
+    from relaxjax.backends.llvm.engine import CompiledModule, prepare_process
+    from relaxjax.library import NATIVE_SIGNATURE
+    prepare_process()
+    letter = "s" if dtype == "float32" else "d"
+    module = CompiledModule(attention.attention_text(letter, causal, bits, varlen=True, cross=True), [])
+    kernel = NATIVE_SIGNATURE(module.address(attention.symbol(letter, causal, varlen=True, cross=True)))
+    rng = np.random.default_rng(bits)
+    lq, lk = [130, 0, 5, 49, 3], [20, 7, 0, 200, 3]
+    q, k, v = (x.values for x in cross_packed(rng, lq, lk, (4, 2), 24, 20))
+
+    def run(offsets, key_offsets):
+        arrays = [x.astype(dtype) for x in (q, k, v)] + [np.array(0.3, dtype), offsets, key_offsets,
+                                                        np.full((187, 4, 20), np.nan, dtype)]
+        shapes = [d for x in arrays for d in x.shape]
+        status = kernel((ctypes.c_void_p * 7)(*[x.ctypes.data for x in arrays]),
+                        (ctypes.c_int64 * len(shapes))(*shapes), (ctypes.c_int64 * 7)(*[x.ndim for x in arrays]), 7)
+        return status, arrays[-1]
+    offsets, key_offsets = (np.concatenate([[0], np.cumsum(x)]).astype(np.int64) for x in (lq, lk))
+    status, out = run(offsets, key_offsets)
+    assert status == 0
+    tol = 1e-10 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(out, cross_oracle(q, k, v, lq, lk, 0.3, causal), rtol=tol, atol=tol)
+    assert run(offsets, key_offsets[:-1])[0] == 3
+    assert run(offsets, key_offsets - 1)[0] == 1
 
 
 @pytest.mark.parametrize("dtype,causal,heads,hv", [("float64", False, (4, 2), 16), ("float32", True, (2, 1), 16),
@@ -243,3 +276,132 @@ def test_float16_and_integer_inputs(backend):
     assert got.dtype == np.float64
     want = per_sequence(*(t.values.astype(np.float64) for t in ints), lengths, 1 / np.sqrt(8), True)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------- cross attention
+def cross_oracle(q, k, v, lq, lk, scale, causal):
+    """Query sequence b of ``lq`` against key/value sequence b of ``lk``, float64."""
+    out = np.zeros(q.shape[:2] + (v.shape[-1],))
+    a = b = 0
+    for n, m in zip(lq, lk):
+        if n and m:
+            out[a:a + n] = reference(q[a:a + n], k[b:b + m], v[b:b + m], scale=scale, is_causal=causal)
+        a, b = a + n, b + m
+    return out
+
+
+def cross_packed(rng, lq, lk, heads, h, hv, dtype="float64"):
+    n, kv = heads
+    q = ragged.from_lengths(rng.standard_normal((sum(lq), n, h)).astype(dtype), lq)
+    k, v = (ragged.from_lengths(rng.standard_normal((sum(lk), kv, d)).astype(dtype), lk) for d in (h, hv))
+    return q, k, v
+
+
+# pairs of length lists of one batch: zeros on either side, a long key or query sequence
+PAIRS = st.integers(1, 6).flatmap(lambda b: st.tuples(
+    st.lists(st.one_of(st.integers(0, 40), st.integers(290, 300)), min_size=b, max_size=b),
+    st.lists(st.one_of(st.integers(0, 40), st.integers(290, 300)), min_size=b, max_size=b)))
+_CROSS: dict = {}
+
+
+@given(pair=PAIRS, heads=st.sampled_from([(1, 1), (4, 2)]), h=st.sampled_from([8, 64]), causal=st.booleans(),
+       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=20, deadline=None)
+def test_cross_attention_matches_a_loop_over_sequences(pair, heads, h, causal, dtype, seed):
+    """Queries of one ragged batch against keys and values of another (the same batch,
+    other lengths): each query sequence against its own key sequence, on every backend."""
+    lq, lk = pair
+    rng = np.random.default_rng(seed)
+    q, k, v = cross_packed(rng, lq, lk, heads, h, 24, dtype)
+    want = cross_oracle(*(x.values.astype(np.float64) for x in (q, k, v)), lq, lk, 1 / np.sqrt(h), causal)
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(ragged.dot_product_attention(q, k, v, is_causal=causal).values, want, **tol)
+    for backend in BACKENDS:
+        key = (backend, causal)
+        if key not in _CROSS:
+            _CROSS[key] = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=causal),
+                                 backend=backend)
+        got = _CROSS[key](q, k, v)
+        np.testing.assert_array_equal(got.offsets, q.offsets)
+        np.testing.assert_allclose(got.values, want, **tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cross_attention_one_compile_for_every_pair_of_batches(backend):
+    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True), backend=backend)
+    rng = np.random.default_rng(4)
+    for lq, lk in (([0, 0], [0, 0]), ([5, 0, 49], [3, 8, 0]), ([1], [300]), ([97, 3, 3, 0], [2, 40, 0, 12])):
+        q, k, v = cross_packed(rng, lq, lk, (4, 2), 16, 16)
+        np.testing.assert_allclose(f(q, k, v).values, cross_oracle(q.values, k.values, v.values, lq, lk, 0.25, True),
+                                   rtol=1e-10, atol=1e-10)
+    assert f.cache_info().compiles == 1
+
+
+def test_cross_attention_is_one_library_call():
+    rng = np.random.default_rng(0)
+    q, k, v = cross_packed(rng, [3, 0, 7], [5, 2, 0], (2, 1), 8, 8, "float32")
+    text = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True)).lower(q, k, v) \
+        .as_text("optimized")
+    assert text.count("call_library(") == 1
+    assert 'call_library("nn.attention_varlen_cross_causal_f32", q_values, k_values, v_values' in text
+    same = rj.jit(lambda q: ragged.dot_product_attention(q, q, q)).lower(q).as_text("optimized")
+    assert "nn.attention_varlen_f32" in same and "cross" not in same          # one sequence set
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cross_attention_gradient_matches_central_differences(causal):
+    rng = np.random.default_rng(6)
+    lq, lk = [4, 0, 9, 2], [6, 3, 0, 11]
+    q, k, v = (x.values for x in cross_packed(rng, lq, lk, (4, 2), 8, 5))
+    oq, ok = (np.concatenate([[0], np.cumsum(x)]) for x in (lq, lk))
+    w = rng.standard_normal((15, 4, 5))
+
+    def loss(q, k, v, c):
+        return (w * nn.dot_product_attention_varlen(q, k, v, oq, key_offsets=ok, scale=c, is_causal=causal)).sum()
+    args = [q, k, v, np.array(0.4)]
+    grads = rj.grad(loss, argnums=(0, 1, 2, 3))(*args)
+    for i, g in enumerate(grads):
+        d = rng.standard_normal(args[i].shape)
+        eps = 1e-5
+
+        def at(x):
+            a = list(args)
+            a[i] = x
+            return (w * cross_oracle(*a[:3], lq, lk, float(a[3]), causal)).sum()
+        fd = (at(args[i] + eps * d) - at(args[i] - eps * d)) / (2 * eps)
+        np.testing.assert_allclose(np.sum(np.asarray(g) * d), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cross_attention_errors(backend):
+    x, y = np.zeros((5, 2, 4)), np.zeros((7, 2, 4))
+    f = rj.jit(lambda q, k, v, o, ko: nn.dot_product_attention_varlen(q, k, v, o, key_offsets=ko), backend=backend)
+    np.testing.assert_array_equal(f(x, y, y, np.array([0, 2, 5]), np.array([0, 7, 7])), np.zeros((5, 2, 4)))
+    for offsets, key_offsets in (([0, 2, 5], [0, 8, 7]), ([0, 2, 5], [0, 3, 6]), ([0, 2, 4], [0, 3, 7]),
+                                 ([0, 2, 5], [1, 3, 7])):
+        with pytest.raises(ValueError, match="offsets must run from 0 to the number of packed rows"):
+            f(x, y, y, np.array(offsets), np.array(key_offsets))
+    with pytest.raises(rj.ShapeError, match="entries .batch . 1. of offsets and key_offsets"):
+        f(x, y, y, np.array([0, 2, 5]), np.array([0, 7]))
+    with pytest.raises(rj.ShapeError, match="packed rows .axis 0. of key and value"):
+        nn.dot_product_attention_varlen(x, y, y[:6], np.array([0, 5]), key_offsets=np.array([0, 7]))
+    with pytest.raises(ValueError, match="key_offsets must be a 1-d integer array"):
+        nn.dot_product_attention_varlen(x, y, y, np.array([0, 5]), key_offsets=np.array([0.0, 7.0]))
+    q, k = ragged.from_lengths(x, [2, 3]), ragged.from_lengths(y, [4, 3])
+    with pytest.raises(ValueError, match="key and value hold different sequences"):
+        ragged.dot_product_attention(q, k, ragged.from_lengths(y, [3, 4]))
+
+
+@pytest.mark.parametrize("dtype,causal", [("float64", True), ("float32", False)])
+def test_cross_attention_cuda_kernel_on_the_emulator(dtype, causal):
+    """The packed CUDA kernel with key offsets of their own (8 query rows per block): empty
+    query and key sequences, keys longer and shorter than the queries."""
+    rng = np.random.default_rng(8)
+    lq, lk = [17, 0, 3, 9, 5], [4, 6, 0, 30, 5]
+    q, k, v = (x.values for x in cross_packed(rng, lq, lk, (4, 2), 16, 12))
+    offsets, key_offsets = (np.concatenate([[0], np.cumsum(x)]).astype(np.int64) for x in (lq, lk))
+    out = np.full((len(q), 4, 12), np.nan, dtype)
+    args = [x.astype(dtype) for x in (q, k, v, np.array(0.25))]
+    assert flash_attention_varlen(emulated_device(), *args, offsets, out, causal, key_offsets)
+    tol = 1e-12 if dtype == "float64" else 2e-6
+    np.testing.assert_allclose(out, cross_oracle(q, k, v, lq, lk, 0.25, causal), rtol=tol, atol=tol)

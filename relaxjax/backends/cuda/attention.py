@@ -123,15 +123,17 @@ def _batched(t: str, causal: bool, lengths: int) -> _Layout:
 
 
 def _packed(t: str, causal: bool) -> _Layout:
-    """q (T, N, H), k (T, KH, H), v (T, KH, Hv), sequence b rows offs[b]:offs[b + 1]: a work
+    """q (T, N, H), k (TK, KH, H), v (TK, KH, Hv), sequence b's queries rows offs[b]:offs[b +
+    1], its keys rows koffs[b]:koffs[b + 1] (the same offsets but for cross attention): a work
     item is (query block, head), the blocks counted over all sequences (``blk``, from
     ``varlen_blocks_kernel``), its sequence found by bisection.  Offsets are clamped to
-    [0, T] (bad ones are not checked here: that would wait for the device; nothing is read
-    or written out of bounds)."""
+    [0, T] and [0, TK] (bad ones are not checked here: that would wait for the device;
+    nothing is read or written out of bounds)."""
     loop_end = "(send < q0 + BQ ? send : q0 + BQ)" if causal else "send"
     params = f"""const {t} *__restrict__ q, const {t} *__restrict__ k, const {t} *__restrict__ v,
-    const {t} *__restrict__ scale_p, const int64_t *__restrict__ offs, const int64_t *__restrict__ blk,
-    {t} *__restrict__ out, int64_t B, int64_t T, int64_t N, int64_t KH"""
+    const {t} *__restrict__ scale_p, const int64_t *__restrict__ offs, const int64_t *__restrict__ koffs,
+    const int64_t *__restrict__ blk, {t} *__restrict__ out, int64_t B, int64_t T, int64_t TK, int64_t N,
+    int64_t KH"""
     items = f"""const int64_t total = blk[B] * N, g = N / KH;
   for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {{
     const int64_t n = w % N, gb = w / N, kh = n / g;
@@ -140,18 +142,22 @@ def _packed(t: str, causal: bool) -> _Layout:
       const int64_t mid = (lo + hi) / 2;
       if (blk[mid] <= gb) lo = mid; else hi = mid;
     }}
-    {_CLAMPED.format(b="lo")}
+    {_clamped("lo")}
+    {_clamped("lo", "koffs", "TK", "kbase", "klen")}
     const int64_t q0 = (gb - blk[lo]) * BQ, qi = q0 + r;
-    const int64_t send = len, qend = len;
+    const int64_t send = klen, qend = len;
     const int64_t kbeg = 0, kend = {loop_end};"""
     ptr, cptr = f"{t} *", f"const {t} *"
-    types = (cptr, cptr, cptr, cptr, "const int64_t *", "const int64_t *", ptr) + ("int64_t",) * 4
-    return _Layout(params, types, items, "base + {}", "base + {}", "len", "if (qi < len) {")
+    types = (cptr, cptr, cptr, cptr, "const int64_t *", "const int64_t *", "const int64_t *", ptr) + ("int64_t",) * 5
+    return _Layout(params, types, items, "base + {}", "kbase + {}", "len", "if (qi < len) {")
 
 
-# sequence b's first row and length from the offsets, within [0, T] whatever they hold
-_CLAMPED = ("const int64_t base = offs[{b}] < 0 ? 0 : (offs[{b}] > T ? T : offs[{b}]), "
-            "len = (offs[{b} + 1] < base ? base : (offs[{b} + 1] > T ? T : offs[{b} + 1])) - base;")
+def _clamped(b: str, offs: str = "offs", rows: str = "T", base: str = "base", length: str = "len") -> str:
+    """C declaring sequence ``b``'s first row ``base`` and its ``length`` from ``offs``,
+    within [0, ``rows``] whatever they hold."""
+    return (f"const int64_t {base} = {offs}[{b}] < 0 ? 0 : ({offs}[{b}] > {rows} ? {rows} : {offs}[{b}]), "
+            f"{length} = ({offs}[{b} + 1] < {base} ? {base} : ({offs}[{b} + 1] > {rows} ? {rows} : "
+            f"{offs}[{b} + 1])) - {base};")
 
 
 @functools.lru_cache(maxsize=None)
@@ -286,7 +292,7 @@ extern "C" __global__ void NAME(const int64_t *__restrict__ offs, int64_t *__res
   const int64_t b0 = t * per < B ? t * per : B, b1 = b0 + per < B ? b0 + per : B;
   int64_t sum = 0;
   for (int64_t b = b0; b < b1; ++b) {{
-    {_CLAMPED.format(b="b")}
+    {_clamped("b")}
     sum += (len + {bq - 1}) / {bq};
   }}
   runs[t] = sum;
@@ -299,7 +305,7 @@ extern "C" __global__ void NAME(const int64_t *__restrict__ offs, int64_t *__res
   __syncthreads();
   int64_t acc = runs[t];
   for (int64_t b = b0; b < b1; ++b) {{
-    {_CLAMPED.format(b="b")}
+    {_clamped("b")}
     acc += (len + {bq - 1}) / {bq};
     blk[b + 1] = acc;
   }}
@@ -410,21 +416,23 @@ def flash_attention(device, q, k, v, scale, out, causal: bool = False, klen=None
     return True
 
 
-def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = False) -> bool:
+def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = False,
+                           key_offsets=None) -> bool:
     """``out`` = attention within each packed sequence (the layout of
-    ``library.attention_varlen_name``; ``offsets`` int64 on the device) on ``device``'s
-    arrays; False when the head sizes do not fit the kernel (nothing written).  Two
-    launches: the query blocks counted per sequence (``varlen_blocks_kernel``), then the
-    packed kernel over (query block, head), one key slice (P = 1)."""
-    check_varlen_shapes(q, k, v, offsets)
+    ``library.attention_varlen_name``; ``offsets`` int64 on the device; ``key_offsets``:
+    the keys' own, for cross attention) on ``device``'s arrays; False when the head sizes
+    do not fit the kernel (nothing written).  Two launches: the query blocks counted per
+    sequence (``varlen_blocks_kernel``), then the packed kernel over (query block, head),
+    one key slice (P = 1)."""
+    check_varlen_shapes(q, k, v, offsets, key_offsets)
     T, N, H = q.shape
-    K, Hv = k.shape[1], v.shape[2]
+    TK, K, Hv = k.shape[0], k.shape[1], v.shape[2]
     if out.size == 0:
         return True
     dtype = np.dtype(q.dtype).name
     # the batched kernels' choice, as if the packed rows were one sequence (the blocks are
     # at least that many)
-    threads, _ = schedule(device, 1, T, T, N, lambda n: key_tile(np.dtype(dtype).itemsize, n // GROUP, H, Hv))
+    threads, _ = schedule(device, 1, T, TK, N, lambda n: key_tile(np.dtype(dtype).itemsize, n // GROUP, H, Hv))
     kernel = attention_kernel(dtype, H, Hv, threads, causal, 0, varlen=True)
     if kernel is None:
         return False
@@ -434,8 +442,9 @@ def flash_attention_varlen(device, q, k, v, scale, offsets, out, causal: bool = 
     blk = device.empty((B + 1,), "int64")
     device.launch(fns[counts.name], 1, min(device.threads_per_block, 1024), [offsets, blk], [B, T])
     most = (-(-T // bq) + B) * N           # every sequence's last block may be partial
-    device.launch(fns[kernel.name], min(most, device.max_blocks), threads, [q, k, v, scale, offsets, blk, out],
-                  [B, T, N, K])
+    keys = offsets if key_offsets is None else key_offsets
+    device.launch(fns[kernel.name], min(most, device.max_blocks), threads,
+                  [q, k, v, scale, offsets, keys, blk, out], [B, T, TK, N, K])
     return True
 
 
@@ -470,15 +479,19 @@ float32_lengths = float64_lengths = _device_impl(False, 1)
 float32_qlengths = float64_qlengths = _device_impl(False, 2)
 
 
-def _varlen_impl(causal: bool):
-    """The packed (varlen) library implementation, a device kernel as ``_device_impl``'s."""
-    def run(device, q, k, v, scale, offsets, out):
+def _varlen_impl(causal: bool, cross: bool = False):
+    """The packed (varlen) library implementation, a device kernel as ``_device_impl``'s
+    (``cross``: the keys' offsets after the queries')."""
+    def run(device, q, k, v, scale, offsets, *rest):
         q, k, v, offsets = (device.asarray(x) for x in (q, k, v, offsets))
-        if not flash_attention_varlen(device, q, k, v, scale, offsets, out, causal):
-            _varlen_reference(_xp(device), causal)(q, k, v, scale, offsets, out)
+        key_offsets = device.asarray(rest[0]) if cross else None
+        if not flash_attention_varlen(device, q, k, v, scale, offsets, rest[-1], causal, key_offsets):
+            _varlen_reference(_xp(device), causal, cross)(q, k, v, scale, offsets, *rest)
     run.device_kernel = True
     return run
 
 
 float32_varlen = float64_varlen = _varlen_impl(False)
 float32_varlen_causal = float64_varlen_causal = _varlen_impl(True)
+float32_varlen_cross = float64_varlen_cross = _varlen_impl(False, True)
+float32_varlen_cross_causal = float64_varlen_cross_causal = _varlen_impl(True, True)

@@ -35,7 +35,10 @@ The ``varlen`` variant (``library.attention_varlen_name``) takes the sequences p
 ``out`` (T, N, Hv): the entry checks the offsets (a nonzero status otherwise) and counts each
 sequence's query blocks into a prefix array; an item is (query block over all sequences,
 head), its sequence found by bisecting that array, and the same two schedules run on the
-sequence's rows.  What differs between the variants is a ``_Layout``: the call's arrays and
+sequence's rows.  The ``cross`` variant's keys and values are sequences of their own,
+``k`` (Tk, K, H), ``v`` (Tk, K, Hv), with ``key_offsets`` (B + 1,) after ``offsets``: an item
+reads its sequence's keys from there (cross attention between two packed batches).  What
+differs between the variants is a ``_Layout``: the call's arrays and
 dims, the context's slots, the entry's setup and a worker's decoding of an item.
 """
 from __future__ import annotations
@@ -61,11 +64,11 @@ PARALLEL_MIN_MACS = 1 << 17       # less work than this runs on the calling thre
 # layer at one thread's speed (6 layers at t = 1000: 2.7 -> 2.0 ms per step)
 
 
-def symbol(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False) -> str:
+def symbol(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False, cross: bool = False) -> str:
     """``lengths``: 0, 1 (key lengths) or 2 (key and query lengths); ``varlen``: the packed
-    sequences' variant."""
-    return (f"rj_attention{'_varlen' if varlen else ''}_{dtype_char}{'_causal' if causal else ''}"
-            f"{['', '_lengths', '_qlengths'][lengths]}")
+    sequences' variant (``cross``: keys and values packed by offsets of their own)."""
+    return (f"rj_attention{'_varlen' if varlen else ''}{'_cross' if cross else ''}_{dtype_char}"
+            f"{'_causal' if causal else ''}{['', '_lengths', '_qlengths'][lengths]}")
 
 
 def _row_by_row(fn: Fn, vec: Vec, causal: bool, a: dict, item: dict, ws: dict) -> None:
@@ -296,30 +299,39 @@ def _rows_of(fn: Fn, a: dict, item: dict, n: str, qrow0: str, krow0: str) -> Non
                 ooff=fn.mul(qrow, a["Hv"]), ldo=fn.mul(a["N"], a["Hv"]))
 
 
-def _varlen_setup(fn: Fn, d: dict, p: dict) -> tuple[dict, str, list]:
-    """The packed variant's work, from the offsets: their check (status 2: shapes that do
-    not fit, 1: offsets not running from 0 to T without decreasing), each sequence's query
-    blocks counted into ``blocks`` (``blocks[b]``: the first block of sequence ``b``; B + 1
-    entries), the longest sequence (the row schedule's score buffer) and the multiply-adds,
-    sum of n**2, that decide the fork."""
+def _varlen_setup(cross: bool):
+    """The packed variant's work, from the offsets: their check (status 2, 3 for ``cross``:
+    shapes that do not fit; 1: offsets not running from 0 to the packed rows without
+    decreasing), each sequence's query blocks counted into ``blocks`` (``blocks[b]``: the
+    first block of sequence ``b``; B + 1 entries), the longest key sequence (the row
+    schedule's score buffer) and the multiply-adds, sum of queries x keys, that decide the
+    fork.  ``cross``: the keys' own offsets (``key_offsets``), of the same batch."""
+    return functools.partial(_varlen_work, cross=cross)
+
+
+def _varlen_work(fn: Fn, d: dict, p: dict, cross: bool) -> tuple[dict, str, list]:
     T, N, K = d["T"], d["N"], d["K"]
     kz = fn.value(f"icmp eq i64 {K}, 0")
     rem = fn.value(f"srem i64 {N}, {fn.value(f'select i1 {kz}, i64 1, i64 {K}')}")
     heads_bad = fn.value(f"select i1 {kz}, i1 {fn.value(f'icmp ne i64 {N}, 0')}, i1 "
                          f"{fn.value(f'icmp ne i64 {rem}, 0')}")
     bad = heads_bad
-    for x, y in ((d["Tk"], T), (d["Tv"], T), (d["Hk"], d["H"]), (d["Kv"], K)):
+    Tk = d["Tk"] if cross else T                           # the keys' packed rows
+    fits = [(d["Tk"], Tk), (d["Tv"], Tk), (d["Hk"], d["H"]), (d["Kv"], K)]
+    if cross:
+        fits.append((d["B1k"], d["B1"]))
+    for x, y in fits:
         bad = fn.value(f"or i1 {bad}, {fn.value(f'icmp ne i64 {x}, {y}')}")
     few = fn.value(f"icmp slt i64 {d['B1']}, 1")           # no offsets[0]
     bad = fn.value(f"or i1 {bad}, {few}")
-    _return_if(fn, bad, 2)
+    _return_if(fn, bad, 3 if cross else 2)
     B = fn.value(f"sub nsw i64 {d['B1']}, 1")
     nbytes = fn.mul(fn.value(f"sdiv i64 {fn.add(fn.mul(d['B1'], 8), 63)}, 64"), 64)
     blocks = fn.value(f"call ptr @aligned_alloc(i64 64, i64 {nbytes})")
     fn.emit(f"store i64 0, ptr {blocks}")
-    off = p["offsets"]
-    first = fn.value(f"load i64, ptr {off}")
-    bad = fn.slot("i1", fn.value(f"icmp ne i64 {first}, 0"))
+    off, koff = p["offsets"], p["key_offsets"] if cross else p["offsets"]
+    firsts = [fn.value(f"icmp ne i64 {fn.value(f'load i64, ptr {o}')}, 0") for o in [off] + ([koff] if cross else [])]
+    bad = fn.slot("i1", firsts[0] if len(firsts) == 1 else fn.value(f"or i1 {firsts[0]}, {firsts[1]}"))
     longest, pairs, nblk = fn.slot("i64", "0"), fn.slot("i64", "0"), fn.slot("i64", "0")
 
     def update(slot: str, ty: str, op: str, x: str) -> str:
@@ -327,18 +339,25 @@ def _varlen_setup(fn: Fn, d: dict, p: dict) -> tuple[dict, str, list]:
         fn.emit(f"store {ty} {new}, ptr {slot}")
         return new
 
-    def sequence(b):
-        s = fn.value(f"load i64, ptr {fn.at('i64', off, b)}")
-        e = fn.value(f"load i64, ptr {fn.at('i64', off, fn.add(b, 1))}")
+    def length(offsets: str, b: str) -> str:
+        s = fn.value(f"load i64, ptr {fn.at('i64', offsets, b)}")
+        e = fn.value(f"load i64, ptr {fn.at('i64', offsets, fn.add(b, 1))}")
         n = fn.value(f"sub i64 {e}, {s}")          # (no nsw: bad offsets may overflow)
         update(bad, "i1", "or i1 {}, {}", fn.value(f"icmp slt i64 {n}, 0"))
-        update(longest, "i64", "call i64 @llvm.smax.i64(i64 {}, i64 {})", n)
-        update(pairs, "i64", "add i64 {}, {}", fn.value(f"mul i64 {n}, {n}"))
+        return n
+
+    def sequence(b):
+        n = length(off, b)
+        nk = length(koff, b) if cross else n
+        update(longest, "i64", "call i64 @llvm.smax.i64(i64 {}, i64 {})", nk)
+        update(pairs, "i64", "add i64 {}, {}", fn.value(f"mul i64 {n}, {nk}"))
         nb = update(nblk, "i64", "add i64 {}, {}", fn.value(f"sdiv i64 {fn.value(f'add i64 {n}, {BQ - 1}')}, {BQ}"))
         fn.emit(f"store i64 {nb}, ptr {fn.at('i64', blocks, fn.add(b, 1))}")
     fn.loop("0", B, 1, sequence)
-    last = fn.value(f"load i64, ptr {fn.at('i64', off, B)}")
-    bad = fn.value(f"or i1 {fn.value(f'load i1, ptr {bad}')}, {fn.value(f'icmp ne i64 {last}, {T}')}")
+    bad = fn.value(f"load i1, ptr {bad}")
+    for o, rows in ((off, T),) + (((koff, Tk),) if cross else ()):
+        last = fn.value(f"load i64, ptr {fn.at('i64', o, B)}")
+        bad = fn.value(f"or i1 {bad}, {fn.value(f'icmp ne i64 {last}, {rows}')}")
     _return_if(fn, bad, 1, f"call void @free(ptr {blocks})")
     items = fn.value(f"mul i64 {fn.value(f'load i64, ptr {nblk}')}, {N}")
     macs = fn.value(f"mul i64 {fn.value(f'load i64, ptr {pairs}')}, {fn.mul(N, fn.add(d['H'], d['Hv']))}")
@@ -357,10 +376,15 @@ def _return_if(fn: Fn, cond: str, status: int, *before: str) -> None:
     fn.start_block(go)
 
 
-def _varlen_decode(fn: Fn, a: dict, it: str, ty: str) -> dict:
+def _varlen_decode(cross: bool):
     """Item ``it``: head ``it % N`` of query block ``it / N`` counted over all sequences;
     its sequence found by bisecting ``blocks``, its rows at the sequence's offset (its last
-    block first: a causal product's heaviest)."""
+    block first: a causal product's heaviest); its keys at the sequence's key offset
+    (``cross``) or the same."""
+    return functools.partial(_varlen_item, cross=cross)
+
+
+def _varlen_item(fn: Fn, a: dict, it: str, ty: str, cross: bool) -> dict:
     n, gb = fn.value(f"srem i64 {it}, {a['N']}"), fn.value(f"sdiv i64 {it}, {a['N']}")
     lo, hi = fn.slot("i64", "0"), fn.slot("i64", a["B"])      # blocks[lo] <= gb < blocks[hi]
     head, body, found = fn.label("bisect"), fn.label("halve"), fn.label("found")
@@ -388,7 +412,11 @@ def _varlen_decode(fn: Fn, a: dict, it: str, ty: str) -> dict:
     length = fn.value(f"sub nsw i64 {at('offsets', fn.add(b, 1))}, {base}")
     q0 = fn.mul(qb, BQ)
     item = {"q0": q0, "rows": _min(fn, str(BQ), fn.value(f"sub nsw i64 {length}, {q0}")), "S": length}
-    _rows_of(fn, a, item, n, fn.add(base, q0), base)
+    kbase = base
+    if cross:
+        kbase = at("key_offsets", b)
+        item["S"] = fn.value(f"sub nsw i64 {at('key_offsets', fn.add(b, 1))}, {kbase}")
+    _rows_of(fn, a, item, n, fn.add(base, q0), kbase)
     return item
 
 
@@ -413,25 +441,31 @@ ARRAYS = {"q": 0, "k": 1, "v": 2, "scale": 3, "out": 4}
 DIMS = {"B": 0, "T": 1, "N": 2, "H": 3, "S": 5, "K": 6, "Hv": 11}
 
 
-def _layout(lengths: int, varlen: bool) -> _Layout:
+def _layout(lengths: int, varlen: bool, cross: bool = False) -> _Layout:
+    dims = {"T": 0, "N": 1, "H": 2, "Tk": 3, "K": 4, "Hk": 5, "Tv": 6, "Kv": 7, "Hv": 8, "B1": 9}
+    if cross:        # q (T, N, H), k (Tk, K, H), v (Tk, K, Hv), scale, offsets, key_offsets (B + 1,), out
+        return _Layout({**ARRAYS, "offsets": 4, "key_offsets": 5, "out": 6}, {**dims, "B1k": 10},
+                       ("B", "offsets", "key_offsets", "blocks"), _varlen_setup(True), _varlen_decode(True),
+                       frozenset({"blocks"}))
     if varlen:       # q (T, N, H), k (T, K, H), v (T, K, Hv), scale, offsets (B + 1,), out
-        return _Layout({**ARRAYS, "offsets": 4, "out": 5},
-                       {"T": 0, "N": 1, "H": 2, "Tk": 3, "K": 4, "Hk": 5, "Tv": 6, "Kv": 7, "Hv": 8, "B1": 9},
-                       ("B", "offsets", "blocks"), _varlen_setup, _varlen_decode, frozenset({"blocks"}))
+        return _Layout({**ARRAYS, "offsets": 4, "out": 5}, dims, ("B", "offsets", "blocks"),
+                       _varlen_setup(False), _varlen_decode(False), frozenset({"blocks"}))
     arrays = {0: ARRAYS, 1: dict(ARRAYS, lengths=4, out=5), 2: dict(ARRAYS, lengths=4, qlengths=5, out=6)}[lengths]
     return _Layout(arrays, DIMS, ("B", "nqb") + ("lengths", "qlengths")[:lengths], _dense_setup,
                    _dense_decode(lengths))
 
 
-def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int = 0, varlen: bool = False) -> str:
-    """The LLVM module of native ``symbol(dtype_char, causal, lengths, varlen)`` (library ABI:
-    q, k, v, a 0-d scale, [lengths,] out, ranks 4, 4, 4, 0, [1,] 4; varlen: q, k, v, scale,
-    offsets, out, ranks 3, 3, 3, 0, 1, 3) for ``vector_bits``-wide registers."""
+def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int = 0, varlen: bool = False,
+                   cross: bool = False) -> str:
+    """The LLVM module of native ``symbol(dtype_char, causal, lengths, varlen, cross)``
+    (library ABI: q, k, v, a 0-d scale, [lengths,] out, ranks 4, 4, 4, 0, [1,] 4; varlen: q,
+    k, v, scale, offsets, [key_offsets,] out, ranks 3, 3, 3, 0, 1, [1,] 3) for
+    ``vector_bits``-wide registers."""
     b = blocking(dtype_char, max(vector_bits, 128))
     if vector_bits >= 512:                 # 8 x 3 vectors: head sizes 64, 128 are whole tiles
         b = Blocking(b.ty, b.size, b.lanes, 8, 3, b.kc, b.mc, b.nc)
-    name = symbol(dtype_char, causal, lengths, varlen)
-    lay = _layout(lengths, varlen)
+    name = symbol(dtype_char, causal, lengths, varlen, cross)
+    lay = _layout(lengths, varlen, cross)
     ty, V, size = b.ty, b.lanes, b.size
     bk = BK[dtype_char]
     uk_rows, uk_cols = f"{name}.ukernel_rows", f"{name}.ukernel_columns"
@@ -524,22 +558,23 @@ def attention_text(dtype_char: str, causal: bool, vector_bits: int, lengths: int
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(dtype_char: str, causal: bool, lengths: int, varlen: bool):
+def _compiled(dtype_char: str, causal: bool, lengths: int, varlen: bool, cross: bool):
     """The module of one attention function, built once per machine (a shared library in
     the persistent cache) or in memory where no linker is found; kept for the process."""
     prepare_process()
-    text = attention_text(dtype_char, causal, target.vector_bits(), lengths, varlen)
+    text = attention_text(dtype_char, causal, target.vector_bits(), lengths, varlen, cross)
     return compile_llvm(text, [], native=generated_products(), pipeline=ATTENTION_PIPELINE)
 
 
-def address(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False) -> int:
-    """The address of native ``symbol(dtype_char, causal, lengths, varlen)`` (compiled on
-    first use)."""
-    return _compiled(dtype_char, causal, lengths, varlen).address(symbol(dtype_char, causal, lengths, varlen))
+def address(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False, cross: bool = False) -> int:
+    """The address of native ``symbol(dtype_char, causal, lengths, varlen, cross)``
+    (compiled on first use)."""
+    return _compiled(dtype_char, causal, lengths, varlen, cross).address(
+        symbol(dtype_char, causal, lengths, varlen, cross))
 
 
-def _loader(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False):
-    return loader(lambda: address(dtype_char, causal, lengths, varlen))
+def _loader(dtype_char: str, causal: bool, lengths: int = 0, varlen: bool = False, cross: bool = False):
+    return loader(lambda: address(dtype_char, causal, lengths, varlen, cross))
 
 
 float32, float64, float32_causal, float64_causal = (
@@ -548,3 +583,5 @@ float32_lengths, float64_lengths = (_loader(d, False, 1) for d in "sd")
 float32_qlengths, float64_qlengths = (_loader(d, False, 2) for d in "sd")
 float32_varlen, float64_varlen, float32_varlen_causal, float64_varlen_causal = (
     _loader(d, c, varlen=True) for c in (False, True) for d in "sd")
+float32_varlen_cross, float64_varlen_cross, float32_varlen_cross_causal, float64_varlen_cross_causal = (
+    _loader(d, c, varlen=True, cross=True) for c in (False, True) for d in "sd")
