@@ -44,6 +44,24 @@ def packed(rng, lengths, heads, h, hv, dtype="float64"):
     return [ragged.from_lengths(x.astype(dtype), lengths) for x in vals]
 
 
+def cross_oracle(q, k, v, lq, lk, scale, causal):
+    """Query sequence b of ``lq`` against key/value sequence b of ``lk``, float64."""
+    out = np.zeros(q.shape[:2] + (v.shape[-1],))
+    a = b = 0
+    for n, m in zip(lq, lk):
+        if n and m:
+            out[a:a + n] = reference(q[a:a + n], k[b:b + m], v[b:b + m], scale=scale, is_causal=causal)
+        a, b = a + n, b + m
+    return out
+
+
+def cross_packed(rng, lq, lk, heads, h, hv, dtype="float64"):
+    n, kv = heads
+    q = ragged.from_lengths(rng.standard_normal((sum(lq), n, h)).astype(dtype), lq)
+    k, v = (ragged.from_lengths(rng.standard_normal((sum(lk), kv, d)).astype(dtype), lk) for d in (h, hv))
+    return q, k, v
+
+
 LENGTHS = st.one_of(
     st.lists(st.integers(0, 60), min_size=1, max_size=6),                          # zeros among them
     st.tuples(st.integers(1, 50), st.integers(1, 5)).map(lambda p: [p[0]] * p[1]),  # all equal
@@ -52,12 +70,20 @@ LENGTHS = st.one_of(
 _JITTED: dict = {}
 
 
-def _attention(backend: str, causal: bool):
+def _attention_fn(causal: bool, cross: bool):
+    """Keys and values over the query's sequences (its offsets, as when the three come from
+    one projection), or (``cross``) over sequences of their own."""
+    if cross:
+        return lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=causal)
+    return lambda q, k, v: ragged.dot_product_attention(q, q.with_values(k.values), q.with_values(v.values),
+                                                        is_causal=causal)
+
+
+def _attention(backend: str, causal: bool, cross: bool = False):
     """One jitted function per backend and mask, reused across examples (as a model would)."""
-    key = (backend, causal)
+    key = (backend, causal, cross)
     if key not in _JITTED:
-        _JITTED[key] = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=causal),
-                              backend=backend)
+        _JITTED[key] = rj.jit(_attention_fn(causal, cross), backend=backend)
     return _JITTED[key]
 
 
@@ -76,15 +102,16 @@ def test_matches_attention_per_sequence(lengths, heads, h, causal, dtype, seed):
         np.testing.assert_allclose(got.values, want, **tol)
 
 
+@pytest.mark.parametrize("cross", [False, True])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_one_compile_for_every_batch(backend):
-    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True), backend=backend)
+def test_one_compile_for_every_batch(backend, cross):
+    f = rj.jit(_attention_fn(True, cross), backend=backend)
     rng = np.random.default_rng(3)
     # all empty first: the packed rows' dim is then traced as >= 0 (automatic mode), not >= 1
-    for lengths in ([0, 0], [5, 0, 49], [1], [97, 3, 3, 0, 12, 50]):
-        q, k, v = packed(rng, lengths, (4, 2), 16, 16)
-        got = f(q, k, v)
-        np.testing.assert_allclose(got.values, per_sequence(q.values, k.values, v.values, lengths, 0.25, True),
+    for lq, lk in (([0, 0], [0, 0]), ([5, 0, 49], [3, 8, 0]), ([1], [300]), ([97, 3, 3, 0, 12], [2, 40, 0, 12, 1])):
+        lk = lk if cross else lq
+        q, k, v = cross_packed(rng, lq, lk, (4, 2), 16, 16)
+        np.testing.assert_allclose(f(q, k, v).values, cross_oracle(q.values, k.values, v.values, lq, lk, 0.25, True),
                                    rtol=1e-10, atol=1e-10)
     assert f.cache_info().compiles == 1
 
@@ -105,20 +132,24 @@ def test_the_program_is_one_varlen_call_without_padding():
     assert "nn.attention_varlen_causal_f32" in causal.as_text("optimized")
 
 
+@pytest.mark.parametrize("cross", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gradient_matches_central_differences(causal):
+def test_gradient_matches_central_differences(causal, cross):
     """d/d(q, k, v, scale) of sum(w * out), along random directions, against the NumPy
-    oracle's central differences (the scale traced)."""
+    oracle's central differences (the scale traced); ``cross``: keys over sequences of their
+    own, one of them empty under 9 queries (their rows are zeros, whatever q is)."""
     rng = np.random.default_rng(5)
-    lengths = [4, 0, 9, 1]
-    q, k, v = (x.values for x in packed(rng, lengths, (4, 2), 8, 8))
-    offsets = np.array([0, 4, 4, 13, 14])
-    w = rng.standard_normal((14, 4, 8))
+    lq = [4, 0, 9, 1]
+    lk = [6, 3, 0, 11] if cross else lq
+    q, k, v = (x.values for x in cross_packed(rng, lq, lk, (4, 2), 8, 5))
+    oq, ok = (np.concatenate([[0], np.cumsum(x)]) for x in (lq, lk))
+    w = rng.standard_normal((14, 4, 5))
 
     def loss(q, k, v, c):
-        return (w * nn.dot_product_attention_varlen(q, k, v, offsets, scale=c, is_causal=causal)).sum()
-    grads = rj.grad(loss, argnums=(0, 1, 2, 3))(q, k, v, np.array(0.4))
+        return (w * nn.dot_product_attention_varlen(q, k, v, oq, key_offsets=ok if cross else None, scale=c,
+                                                    is_causal=causal)).sum()
     args = [q, k, v, np.array(0.4)]
+    grads = rj.grad(loss, argnums=(0, 1, 2, 3))(*args)
     for i, g in enumerate(grads):
         d = rng.standard_normal(args[i].shape)
         eps = 1e-5
@@ -126,7 +157,7 @@ def test_gradient_matches_central_differences(causal):
         def at(x):
             a = list(args)
             a[i] = x
-            return (w * per_sequence(*a[:3], lengths, float(a[3]), causal)).sum()
+            return (w * cross_oracle(*a[:3], lq, lk, float(a[3]), causal)).sum()
         fd = (at(args[i] + eps * d) - at(args[i] - eps * d)) / (2 * eps)
         np.testing.assert_allclose(np.sum(np.asarray(g) * d), fd, rtol=1e-6, atol=1e-8)
 
@@ -279,29 +310,10 @@ def test_float16_and_integer_inputs(backend):
 
 
 # ---------------------------------------------------------------- cross attention
-def cross_oracle(q, k, v, lq, lk, scale, causal):
-    """Query sequence b of ``lq`` against key/value sequence b of ``lk``, float64."""
-    out = np.zeros(q.shape[:2] + (v.shape[-1],))
-    a = b = 0
-    for n, m in zip(lq, lk):
-        if n and m:
-            out[a:a + n] = reference(q[a:a + n], k[b:b + m], v[b:b + m], scale=scale, is_causal=causal)
-        a, b = a + n, b + m
-    return out
-
-
-def cross_packed(rng, lq, lk, heads, h, hv, dtype="float64"):
-    n, kv = heads
-    q = ragged.from_lengths(rng.standard_normal((sum(lq), n, h)).astype(dtype), lq)
-    k, v = (ragged.from_lengths(rng.standard_normal((sum(lk), kv, d)).astype(dtype), lk) for d in (h, hv))
-    return q, k, v
-
-
 # pairs of length lists of one batch: zeros on either side, a long key or query sequence
 PAIRS = st.integers(1, 6).flatmap(lambda b: st.tuples(
     st.lists(st.one_of(st.integers(0, 40), st.integers(290, 300)), min_size=b, max_size=b),
     st.lists(st.one_of(st.integers(0, 40), st.integers(290, 300)), min_size=b, max_size=b)))
-_CROSS: dict = {}
 
 
 @given(pair=PAIRS, heads=st.sampled_from([(1, 1), (4, 2)]), h=st.sampled_from([8, 64]), causal=st.booleans(),
@@ -317,24 +329,11 @@ def test_cross_attention_matches_a_loop_over_sequences(pair, heads, h, causal, d
     tol = dict(rtol=1e-9, atol=1e-9) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(ragged.dot_product_attention(q, k, v, is_causal=causal).values, want, **tol)
     for backend in BACKENDS:
-        key = (backend, causal)
-        if key not in _CROSS:
-            _CROSS[key] = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=causal),
-                                 backend=backend)
-        got = _CROSS[key](q, k, v)
+        got = _attention(backend, causal, cross=True)(q, k, v)
         np.testing.assert_array_equal(got.offsets, q.offsets)
         np.testing.assert_allclose(got.values, want, **tol)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_cross_attention_one_compile_for_every_pair_of_batches(backend):
-    f = rj.jit(lambda q, k, v: ragged.dot_product_attention(q, k, v, is_causal=True), backend=backend)
-    rng = np.random.default_rng(4)
-    for lq, lk in (([0, 0], [0, 0]), ([5, 0, 49], [3, 8, 0]), ([1], [300]), ([97, 3, 3, 0], [2, 40, 0, 12])):
-        q, k, v = cross_packed(rng, lq, lk, (4, 2), 16, 16)
-        np.testing.assert_allclose(f(q, k, v).values, cross_oracle(q.values, k.values, v.values, lq, lk, 0.25, True),
-                                   rtol=1e-10, atol=1e-10)
-    assert f.cache_info().compiles == 1
 
 
 def test_cross_attention_is_one_library_call():
@@ -347,29 +346,6 @@ def test_cross_attention_is_one_library_call():
     same = rj.jit(lambda q: ragged.dot_product_attention(q, q, q)).lower(q).as_text("optimized")
     assert "nn.attention_varlen_f32" in same and "cross" not in same          # one sequence set
 
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_cross_attention_gradient_matches_central_differences(causal):
-    rng = np.random.default_rng(6)
-    lq, lk = [4, 0, 9, 2], [6, 3, 0, 11]
-    q, k, v = (x.values for x in cross_packed(rng, lq, lk, (4, 2), 8, 5))
-    oq, ok = (np.concatenate([[0], np.cumsum(x)]) for x in (lq, lk))
-    w = rng.standard_normal((15, 4, 5))
-
-    def loss(q, k, v, c):
-        return (w * nn.dot_product_attention_varlen(q, k, v, oq, key_offsets=ok, scale=c, is_causal=causal)).sum()
-    args = [q, k, v, np.array(0.4)]
-    grads = rj.grad(loss, argnums=(0, 1, 2, 3))(*args)
-    for i, g in enumerate(grads):
-        d = rng.standard_normal(args[i].shape)
-        eps = 1e-5
-
-        def at(x):
-            a = list(args)
-            a[i] = x
-            return (w * cross_oracle(*a[:3], lq, lk, float(a[3]), causal)).sum()
-        fd = (at(args[i] + eps * d) - at(args[i] - eps * d)) / (2 * eps)
-        np.testing.assert_allclose(np.sum(np.asarray(g) * d), fd, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
