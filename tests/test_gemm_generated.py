@@ -98,6 +98,24 @@ def test_every_micro_tile_height(m):
                 assert np.isnan(big[m]).all(), "wrote past C's last row"
 
 
+@pytest.mark.parametrize("m", [49, 53, 56, 58, 60, 64, 68, 71])
+def test_edge_tiles_of_the_default_micro_tile(m):
+    """The default tile's last row tile of 1-8 rows runs a kernel computing only those
+    (``gemm.EDGE_HEIGHTS``), A packed (N > 512) or read in place, and 9-11 rows the full
+    one: every remainder's rows right and nothing written past C's last row."""
+    rng = np.random.default_rng(m)
+    k = 70
+    for letter, dtype in (("s", np.float32), ("d", np.float64)):
+        for n in (200, 600):
+            a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+            b_full, b = _operand(rng, k, n, 0, dtype)
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            bound = 1.01 * k * np.finfo(dtype).eps / 2 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+            big = _call(gemm.gemm_symbol(letter, False, False), target.vector_bits(), a, b, m, n, k, 0)
+            assert np.all(np.abs(big[:m, :n] - want) <= bound), (letter, n)
+            assert np.isnan(big[m]).all(), "wrote past C's last row"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_products_on_one_and_two_threads(threads):
     """Several column blocks, contraction slices and row blocks (and the edge tiles of

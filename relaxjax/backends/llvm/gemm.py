@@ -16,7 +16,9 @@ micro-kernel):
             tile is stored (written on the first slice, added to on the later ones)
 
 Packing zero-pads the panels, so the micro-kernel always computes a whole tile; the tile's
-store is masked to the rows and columns C has (edge tiles: masks, not other kernels).  M,
+store is masked to the rows and columns C has (edge tiles: masks, not other kernels), but
+for the default tile's last row tile, which a kernel computing 4 or 8 rows of the panel
+runs where it holds no more (``EDGE_HEIGHTS``: 64 rows in 12-row tiles cost as much as 72).  M,
 N, K and the leading dimensions are run-time integers, so one function serves every shape;
 the operands may be given transposed (``ta``/``tb``: CBLAS's transpose flags, read while
 packing).  Threads split C into bands of whole micro-tiles, by rows or (when C has more
@@ -176,7 +178,8 @@ def _column_masks(fn: _Fn, V: int, nv: int, cols: str) -> list:
 PREFETCH_ROWS = 8
 
 
-def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | None = None) -> str:
+def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | None = None,
+                  height: int | None = None) -> str:
     """``name(kc, ap, bp, bstride, c, ldc, rows, cols, add[, astride])``: the MR x NR tile
     of A times ``bp`` (NR values per k, ``bstride`` apart: a packed panel, or B's rows as
     given) over ``kc >= 1`` steps, stored to the first ``rows`` rows and ``cols`` columns
@@ -189,8 +192,10 @@ def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | 
     ``"columns"``, at ``ap[k * astride + i]`` (A's transpose as given).  An unpacked A's
     rows from ``rows`` on are read as row ``rows - 1`` (never past the operand's end).
     ``add`` given: the tile is always added (True) or always written (False), whatever the
-    ``add`` argument says."""
+    ``add`` argument says.  ``height``: an edge tile's kernel, computing only its first
+    ``height`` rows (``rows <= height``) of a panel packed ``MR`` rows tall."""
     ty, V, MR, NV = b.ty, b.lanes, b.mr, b.nv
+    R = height or MR
     vt = f"<{V} x {ty}>"
     bits = b.size * 8
     extra = "" if a_layout == "packed" else ", i64 %astride"
@@ -199,16 +204,16 @@ def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | 
     masks = _column_masks(fn, V, NV, "%cols")
     if a_layout != "packed":          # row i's offset, clamped to the rows there are
         last = fn.value("sub nsw i64 %rows, 1")
-        a_rows = [fn.value(f"call i64 @llvm.smin.i64(i64 {i}, i64 {last})") for i in range(MR)]
+        a_rows = [fn.value(f"call i64 @llvm.smin.i64(i64 {i}, i64 {last})") for i in range(R)]
         if a_layout == "rows":
             a_rows = [fn.value(f"mul nsw i64 {r}, %astride") for r in a_rows]
     loop, store = "kloop", "store"
     fn.emit(f"br label %{loop}")
     fn.start_block(loop)
-    accs = [[f"%acc.{i}.{j}" for j in range(NV)] for i in range(MR)]
-    nexts = [[f"%nacc.{i}.{j}" for j in range(NV)] for i in range(MR)]
+    accs = [[f"%acc.{i}.{j}" for j in range(NV)] for i in range(R)]
+    nexts = [[f"%nacc.{i}.{j}" for j in range(NV)] for i in range(R)]
     fn.emit(f"%k = phi i64 [ 0, %entry ], [ %k1, %{loop} ]")
-    for i in range(MR):
+    for i in range(R):
         for j in range(NV):
             fn.emit(f"{accs[i][j]} = phi {vt} [ zeroinitializer, %entry ], [ {nexts[i][j]}, %{loop} ]")
     boff = fn.value("mul nsw i64 %k, %bstride")
@@ -228,7 +233,7 @@ def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | 
     kstep = {"packed": str(MR), "rows": "1", "columns": "%astride"}[a_layout]
     aoff = fn.value(f"mul nsw i64 %k, {kstep}")
     abase = fn.value(f"getelementptr inbounds {ty}, ptr %ap, i64 {aoff}")
-    for i in range(MR):
+    for i in range(R):
         p = fn.value(f"getelementptr inbounds {ty}, ptr {abase}, i64 {i if a_layout == 'packed' else a_rows[i]}")
         splat = _splat(fn, vt, ty, fn.value(f"load {ty}, ptr {p}"), V)
         for j in range(NV):
@@ -238,7 +243,7 @@ def _micro_kernel(b: Blocking, name: str, a_layout: str = "packed", add: bool | 
     more = fn.value("icmp slt i64 %k1, %kc")
     fn.emit(f"br i1 {more}, label %{loop}, label %{store}")
     fn.start_block(store)
-    for i in range(MR):
+    for i in range(R):
         row, nxt = fn.label("row"), fn.label("next")
         go = fn.value(f"icmp slt i64 {i}, %rows")
         fn.emit(f"br i1 {go}, label %{row}, label %done")
@@ -341,11 +346,13 @@ PACK_B_MIN_ROWS = 48
 PACK_A_MIN_COLS = 512
 
 
-def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta: bool, tb: bool) -> str:
+def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta: bool, tb: bool,
+           edges: tuple = ()) -> str:
     """``name(m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, abuf, bbuf)``: C's rectangle
     ``[m0, m1) x [n0, n1)`` through the five loops (K >= 1).  ``ukernels``: the
     micro-kernel on a packed A, and the one reading A in place (its rows, or its columns
-    when ``ta``)."""
+    when ``ta``); ``edges``: (height, the two kernels computing that many rows), shortest
+    first, for the last row tile where it has no more rows."""
     ty = b.ty
     packed_kernel, inplace_kernel = ukernels
     fn = _Fn(f"define internal void @{name}(i64 %m0, i64 %m1, i64 %n0, i64 %n1, i64 %K, ptr %A, i64 %lda, "
@@ -405,18 +412,23 @@ def _block(b: Blocking, name: str, ukernels: tuple, pack_a: str, pack_b: str, ta
                         coff = fn.value(f"add nsw i64 {coff}, {col}")
                         cp = fn.value(f"getelementptr inbounds {ty}, ptr %C, i64 {coff}")
                         tile = f"i64 {kc}, ptr %ap, ptr {bp}, i64 {bstride}, ptr {cp}, i64 %ldc, i64 {rows}, i64 {cols}, i1 {add}"
+                        kp, ki = f"@{packed_kernel}", f"@{inplace_kernel}"
+                        for height, pe, ie in reversed(edges):     # the shortest that holds the rows
+                            short = fn.value(f"icmp sle i64 {rows}, {height}")
+                            kp = fn.value(f"select i1 {short}, ptr @{pe}, ptr {kp}")
+                            ki = fn.value(f"select i1 {short}, ptr @{ie}, ptr {ki}")
                         packed, inplace, stored = fn.label("apacked"), fn.label("ainplace"), fn.label("tiled")
                         fn.emit(f"br i1 {packa}, label %{packed}, label %{inplace}")
                         fn.start_block(packed)
                         ap = fn.value(f"getelementptr inbounds {ty}, ptr %abuf, i64 {fn.value(f'mul nsw i64 {ir}, {kc}')}")
-                        fn.emit(f"call void @{packed_kernel}({tile.replace('%ap', ap)})")
+                        fn.emit(f"call void {kp}({tile.replace('%ap', ap)})")
                         fn.emit(f"br label %{stored}")
                         fn.start_block(inplace)
                         # A's element (row, pc + k): A[row * lda + pc + k], or A[(pc + k) * lda + row] when ta
                         first, k0 = (pc, row) if ta else (row, pc)
                         at = fn.value(f"add nsw i64 {fn.value(f'mul nsw i64 {first}, %lda')}, {k0}")
                         ap = fn.value(f"getelementptr inbounds {ty}, ptr %A, i64 {at}")
-                        fn.emit(f"call void @{inplace_kernel}({tile.replace('%ap', ap)}, i64 %lda)")
+                        fn.emit(f"call void {ki}({tile.replace('%ap', ap)}, i64 %lda)")
                         fn.emit(f"br label %{stored}")
                         fn.start_block(stored)
                     fn.loop("0", mc, b.mr, ir_loop)
@@ -475,6 +487,11 @@ PARALLEL_MIN_FLOPS = 1 << 21
 # elements; 0: one operand shared by every product)
 _ARGS = ("batch", "sa", "sb", "sc", "M", "N", "K", "A", "lda", "B", "ldb", "C", "ldc", "epi", "epa")
 _TYPES = ("i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "ptr")
+
+# the default micro-tile's last row tile, where it holds no more rows than one of these, runs
+# a kernel computing only those rows of the panel (its padding rows are zeros otherwise
+# multiplied in full: 64 rows in 12-row tiles cost as much as 72)
+EDGE_HEIGHTS = {12: (4, 8)}
 
 # products of fewer rows than this may run a shorter micro-tile than the default
 # (``row_tiles``); taller ones keep the tile the measured rule was made with
@@ -575,9 +592,15 @@ def gemm_text(dtype_char: str, ta: bool, tb: bool, vector_bits: int) -> str:
         tag = "" if not workers else f".r{mr}"
         uk, uka, pa, pb, blk, work = (f"{name}.{s}{tag}" for s in
                                       ("ukernel", "ukernel_a", "pack_a", "pack_b", "block", "omp"))
-        parts += [_micro_kernel(b, uk), _micro_kernel(b, uka, "columns" if ta else "rows"),
-                  _pack(b, pa, b.mr, contiguous_panel=ta), _pack(b, pb, b.nr, contiguous_panel=not tb),
-                  _block(b, blk, (uk, uka), pa, pb, ta, tb), _worker(b, name, work, blk)]
+        a_layout = "columns" if ta else "rows"
+        parts += [_micro_kernel(b, uk), _micro_kernel(b, uka, a_layout)]
+        edges = []
+        for height in EDGE_HEIGHTS.get(mr, ()):
+            pe, ie = f"{uk}.e{height}", f"{uka}.e{height}"
+            parts += [_micro_kernel(b, pe, height=height), _micro_kernel(b, ie, a_layout, height=height)]
+            edges.append((height, pe, ie))
+        parts += [_pack(b, pa, b.mr, contiguous_panel=ta), _pack(b, pb, b.nr, contiguous_panel=not tb),
+                  _block(b, blk, (uk, uka), pa, pb, ta, tb, tuple(edges)), _worker(b, name, work, blk)]
         workers.append((mr, work))
     parts.append(_buffers(name))
 
