@@ -17,7 +17,9 @@ Sequences packed without padding (``library.attention_varlen_name``, FlashAttent
 form) run the same kernel body with another ``_Layout``: a small kernel counts each
 sequence's query blocks from the offsets (``varlen_blocks_kernel``), and a work item, (query
 block over all sequences, head), finds its sequence by bisecting those counts; its rows are
-the sequence's, from its offset.  No key slices there (P = 1).
+the sequence's, from its offset, and its keys those of its sequence in the key offsets (the
+same offsets, or the keys' own for cross attention between two packed batches).  No key
+slices there (P = 1).
 
 The kernel is generated per (dtype, head sizes, threads per block, variant): every size
 that decides a loop bound or a shared-memory array is a constant, so NVRTC unrolls the dot
