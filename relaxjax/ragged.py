@@ -26,7 +26,9 @@ What runs on the packed values needs no padding at all:
 
 :func:`dot_product_attention` is attention within each sequence on the packed values and
 the offsets, unpadded (varlen attention: one library call, ``nn.attention_varlen*``, whose
-kernels find each work item's sequence from the offsets; no ``max_len`` needed).
+kernels find each work item's sequence from the offsets; no ``max_len`` needed), or, with
+keys and values over other sequences of the same batch, cross attention between the two
+ragged batches (the keys' offsets beside the queries').
 
 Per-sequence products make ragged x ragged blocks as values (:mod:`relaxjax.ragged_block`,
 re-exported here): :func:`matmul_t` (``q_b @ k_b.T``) gives a :class:`RaggedBlock` of
@@ -36,7 +38,8 @@ attention can be written by hand on ragged ``q``, ``k``, ``v`` without padding. 
 ragged array type itself is in :mod:`relaxjax.ragged_array` (both modules build on it).
 
 Not yet here (issue 20's later steps): a fused kernel for block ops (they are gathers and
-scatters over index arrays), blocks between two different sets of sequences, the other
+scatters over index arrays), blocks between two different sets of sequences (cross
+attention is fused, above), the other
 ragged ops on variable loops (the block ops, padding), their work split by size rather
 than by sequence, and ops that take the ragged type itself (the IR shows it: a ragged
 array's packed values, and every value an op on them gives, print as ``ragged f32[b,
