@@ -73,11 +73,11 @@ class RunnerMemory:
                 st[_HITS] += 1
             return blk
 
-        def out(shape, dtype, n):
-            blk = take(n, _ALLOC_OUT)
+        def out(shape, dtype, n, room=0):
+            blk = take(n + room, _ALLOC_OUT)
             # through a memoryview: np.frombuffer(ndarray) would make ``blk`` the base, and
             # views of the result would then keep ``blk`` alive but not ``flat``
-            flat = frombuffer(memoryview(blk), dtype)
+            flat = frombuffer(memoryview(blk), dtype, n // np.dtype(dtype).itemsize if room else -1)
             pool.put_when_dead(flat, blk)
             return flat if len(shape) == 1 else flat.reshape(shape)
 
@@ -85,16 +85,10 @@ class RunnerMemory:
             # a result that may grow in place next call (``BufferPool.grow``): a quarter
             # more room after it (4 KiB at least), so a cache growing a row per call is
             # copied once every len / 4 calls, not every call
-            itemsize = np.dtype(dtype).itemsize
-            n = itemsize
+            n = np.dtype(dtype).itemsize
             for d in shape:
                 n *= d
-            if n == 0:
-                return np.empty(shape, dtype)
-            blk = take(n + max(n // 4, 4096), _ALLOC_OUT)
-            flat = frombuffer(memoryview(blk), dtype, n // itemsize)
-            pool.put_when_dead(flat, blk)
-            return flat.reshape(shape)
+            return out(shape, dtype, n, max(n // 4, 4096)) if n else np.empty(shape, dtype)
 
         def give(*blocks):
             for b in blocks:
