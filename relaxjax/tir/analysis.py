@@ -141,15 +141,8 @@ def inplace_input(f: PrimFunc) -> int | None:
     distinct loop variables that cover its enclosing loops, every store to ``out`` in that
     loop body at the same index, and no store to ``out`` before it in program order.  A
     later phase may then read and write ``out`` freely (``scatter``'s serial loop)."""
-    if f.n_outputs != 1:
-        return None
-    out = f.outputs[0]
-    shape = [expr_str(from_sympy(d)) for d in out.shape]
-    for k, a in enumerate(f.inputs):
-        if a.dtype == out.dtype and [expr_str(from_sympy(d)) for d in a.shape] == shape and \
-                _overwritable(f.body, a, out):
-            return k
-    return None
+    found = _passed_through(f, 0)
+    return None if found is None else found[0]
 
 
 def growing_input(f: PrimFunc) -> tuple[int, int] | None:
@@ -161,6 +154,14 @@ def growing_input(f: PrimFunc) -> tuple[int, int] | None:
     has room after it, which the LLVM runtime decides per call -- and the program stores
     only the new part (``mask_bounds.update_region``): a cache that grows by a row per call
     is not copied every call."""
+    found = _passed_through(f, 1)
+    return None if found is None else (found[0], found[1][0])
+
+
+def _passed_through(f: PrimFunc, differing: int) -> tuple[int, list] | None:
+    """(position, the axes where its shape differs) of the first input of the output's
+    dtype and rank whose shape differs from the output's in ``differing`` axes and that
+    ``f`` passes through to the output as an update (``_overwritable``), or None."""
     if f.n_outputs != 1:
         return None
     out = f.outputs[0]
@@ -169,8 +170,8 @@ def growing_input(f: PrimFunc) -> tuple[int, int] | None:
         if a.dtype != out.dtype or len(a.shape) != len(shape):
             continue
         differ = [i for i, d in enumerate(a.shape) if expr_str(from_sympy(d)) != shape[i]]
-        if len(differ) == 1 and _overwritable(f.body, a, out):
-            return k, differ[0]
+        if len(differ) == differing and _overwritable(f.body, a, out):
+            return k, differ
     return None
 
 
