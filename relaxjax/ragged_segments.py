@@ -126,9 +126,10 @@ def _block_rows(p: pykernel.Buffer[ENTRIES, T], off: pykernel.Buffer[OFFSETS, np
 
 
 # each kernel's function, and what it binds: COMBINE, a reduction's combining function
+_COMBINES = (("add", np.add), ("max", max), ("min", min))
 _SOURCES = {"ids": (_segment_of_rows, {}), "tile_map": (_tile_map, {}),
-            **{f"tiles_{m}": (_tile_reduce, {"COMBINE": c}) for m, c in (("add", np.add), ("max", max), ("min", min))},
-            **{f"combine_{m}": (_combine_tiles, {"COMBINE": c}) for m, c in (("add", np.add), ("max", max), ("min", min))},
+            **{f"{step}_{m}": (source, {"COMBINE": c}) for m, c in _COMBINES
+               for step, source in (("tiles", _tile_reduce), ("combine", _combine_tiles))},
             "block_rows": (_block_rows, {})}
 
 

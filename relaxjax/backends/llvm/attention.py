@@ -299,17 +299,13 @@ def _rows_of(fn: Fn, a: dict, item: dict, n: str, qrow0: str, krow0: str) -> Non
                 ooff=fn.mul(qrow, a["Hv"]), ldo=fn.mul(a["N"], a["Hv"]))
 
 
-def _varlen_setup(cross: bool):
+def _varlen_setup(fn: Fn, d: dict, p: dict, cross: bool) -> tuple[dict, str, list]:
     """The packed variant's work, from the offsets: their check (status 2, 3 for ``cross``:
     shapes that do not fit; 1: offsets not running from 0 to the packed rows without
     decreasing), each sequence's query blocks counted into ``blocks`` (``blocks[b]``: the
     first block of sequence ``b``; B + 1 entries), the longest key sequence (the row
     schedule's score buffer) and the multiply-adds, sum of queries x keys, that decide the
     fork.  ``cross``: the keys' own offsets (``key_offsets``), of the same batch."""
-    return functools.partial(_varlen_work, cross=cross)
-
-
-def _varlen_work(fn: Fn, d: dict, p: dict, cross: bool) -> tuple[dict, str, list]:
     T, N, K = d["T"], d["N"], d["K"]
     kz = fn.value(f"icmp eq i64 {K}, 0")
     rem = fn.value(f"srem i64 {N}, {fn.value(f'select i1 {kz}, i64 1, i64 {K}')}")
@@ -376,15 +372,11 @@ def _return_if(fn: Fn, cond: str, status: int, *before: str) -> None:
     fn.start_block(go)
 
 
-def _varlen_decode(cross: bool):
+def _varlen_decode(fn: Fn, a: dict, it: str, ty: str, cross: bool) -> dict:
     """Item ``it``: head ``it % N`` of query block ``it / N`` counted over all sequences;
     its sequence found by bisecting ``blocks``, its rows at the sequence's offset (its last
     block first: a causal product's heaviest); its keys at the sequence's key offset
     (``cross``) or the same."""
-    return functools.partial(_varlen_item, cross=cross)
-
-
-def _varlen_item(fn: Fn, a: dict, it: str, ty: str, cross: bool) -> dict:
     n, gb = fn.value(f"srem i64 {it}, {a['N']}"), fn.value(f"sdiv i64 {it}, {a['N']}")
     lo, hi = fn.slot("i64", "0"), fn.slot("i64", a["B"])      # blocks[lo] <= gb < blocks[hi]
     head, body, found = fn.label("bisect"), fn.label("halve"), fn.label("found")
@@ -445,11 +437,12 @@ def _layout(lengths: int, varlen: bool, cross: bool = False) -> _Layout:
     dims = {"T": 0, "N": 1, "H": 2, "Tk": 3, "K": 4, "Hk": 5, "Tv": 6, "Kv": 7, "Hv": 8, "B1": 9}
     if cross:        # q (T, N, H), k (Tk, K, H), v (Tk, K, Hv), scale, offsets, key_offsets (B + 1,), out
         return _Layout({**ARRAYS, "offsets": 4, "key_offsets": 5, "out": 6}, {**dims, "B1k": 10},
-                       ("B", "offsets", "key_offsets", "blocks"), _varlen_setup(True), _varlen_decode(True),
-                       frozenset({"blocks"}))
+                       ("B", "offsets", "key_offsets", "blocks"), functools.partial(_varlen_setup, cross=True),
+                       functools.partial(_varlen_decode, cross=True), frozenset({"blocks"}))
     if varlen:       # q (T, N, H), k (T, K, H), v (T, K, Hv), scale, offsets (B + 1,), out
         return _Layout({**ARRAYS, "offsets": 4, "out": 5}, dims, ("B", "offsets", "blocks"),
-                       _varlen_setup(False), _varlen_decode(False), frozenset({"blocks"}))
+                       functools.partial(_varlen_setup, cross=False),
+                       functools.partial(_varlen_decode, cross=False), frozenset({"blocks"}))
     arrays = {0: ARRAYS, 1: dict(ARRAYS, lengths=4, out=5), 2: dict(ARRAYS, lengths=4, qlengths=5, out=6)}[lengths]
     return _Layout(arrays, DIMS, ("B", "nqb") + ("lengths", "qlengths")[:lengths], _dense_setup,
                    _dense_decode(lengths))
