@@ -24,10 +24,11 @@ The cache is kept two ways, each compiled once for every length:
 
 Both are functional, as everything in relaxjax: a step returns new caches, and both donate
 the caches they are given (``donate_argnums``, as in JAX): (b) writes the new position into
-the arrays it was given and copies nothing; (a) at batch 1 grows the cache into the memory
-after it, which the runtime allocates with a quarter to spare, so the ``t`` positions so far
-are copied once every ``t / 4`` steps rather than every step (at batch > 1 each sequence's
-positions are followed by the next sequence's, and every step copies them).
+the arrays it was given and copies nothing; (a) grows the cache where it is: the compiler
+keeps a donated cache that a concatenation extends in an array with room after each
+sequence's positions (``compile/growing_caches.py``), writes the new position only and
+attends over the cache in place, so the ``t`` positions so far are copied once every
+``t / 4`` steps rather than every step, at any batch size (the caches returned are views).
 
 The decode steps have explicit signatures (``shapes=`` with ``rj.dim``), so one compile serves
 every batch size and cache lengths 0..1023 in (1..1024 out); the same functions in automatic
@@ -233,8 +234,8 @@ def make_jitted(cfg: Config, params):
     return {
         "prefill": rj.jit(lambda p, x: prefill(p, x, H), shapes=(P, prompt)),
         "prefill_prealloc": rj.jit(lambda p, x: prefill(p, x, H, M), shapes=(P, prompt)),
-        # the caches are donated: at batch 1 the concatenation grows them where their memory
-        # has room after them and writes the new position only (Relax's growing cache)
+        # the caches are donated: the concatenation grows them where they are, into room
+        # kept after each sequence, and writes the new position only (Relax's growing cache)
         "decode_concat": rj.jit(lambda p, x, c: decode_concat(p, x, c, H),
                                 shapes=(P, token, kv(t)), donate_argnums=2),
         # the caches are donated (JAX's donate_argnums): each step writes its key and value

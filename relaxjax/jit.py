@@ -23,6 +23,7 @@ from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .compile.split_complex import has_complex, split_complex
 from .errors import ShapeError
+from .growing import GrowingCaches
 from .ir import IRModule, Literal
 from .jit_args import CallArgs, check_static, on_device, spec_list
 from .jit_cache import build_cached
@@ -73,6 +74,7 @@ class _Entry:
         attrs = self.module.main.attrs
         self._complex_in = attrs.get("complex_params", ())
         self._complex_out = attrs.get("complex_results", ())
+        self._growing = GrowingCaches(attrs["growing"]) if attrs.get("growing") else None
 
     def run(self, dims: tuple, arrays):
         """Run with the arguments' arrays, whose shapes the binder accepted as ``dims``."""
@@ -80,9 +82,14 @@ class _Entry:
             arrays = list(arrays)
             for i in self._complex_in:
                 arrays[i] = _as_packed(arrays[i])
-        outs = self.executable(dict(zip(self._names, dims)), arrays)
+        D = dict(zip(self._names, dims))
+        if self._growing is not None:
+            arrays = self._growing.widen(D, arrays)
+        outs = self.executable(D, arrays)
         if self._guard is not None:
             outs = self._guard(outs, arrays)
+        if self._growing is not None:
+            outs = self._growing.narrow(D, outs)
         if self._complex_out:
             outs = list(outs)
             for i in self._complex_out:

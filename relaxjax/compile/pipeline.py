@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .attention import attention_calls
 from .fuse import fuse_ops
+from .growing_caches import growing_caches
 from .legalize import legalize
 from .matvec_pairs import matvec_pairs
 from .passes import Pass
@@ -19,6 +20,7 @@ def default_pipeline(lower: bool = True, pointwise_loops_in_cache: bool = False)
     call_library.  ``pointwise_loops_in_cache`` (the LLVM backend asks for it): a
     ``fori_loop`` updating each point from itself runs tile by tile (``PointwiseLoops``)."""
     if not lower:
-        return [split_complex, canonicalize, attention_calls, fuse_ops]
+        return [split_complex, canonicalize, attention_calls, growing_caches, fuse_ops]
     tiles = [pointwise_loops] if pointwise_loops_in_cache else []
-    return [split_complex, canonicalize, attention_calls, matvec_pairs, *tiles, fuse_ops, legalize]
+    return [split_complex, canonicalize, attention_calls, growing_caches, matvec_pairs, *tiles, fuse_ops,
+            legalize]
