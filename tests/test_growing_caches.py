@@ -131,3 +131,37 @@ def test_a_growing_cache_on_the_cuda_emulator():
         np.testing.assert_array_equal(kc, k_all)
         np.testing.assert_allclose(out, _attention64(q, k_all, v_all), rtol=1e-10, atol=1e-12)
     assert step.cache_info().compiles == 1
+
+
+def _step_by_hand(q, k, v, kc, vc):
+    """A decode step as a NumPy user writes it, torch's layout (b, heads, t, hd)."""
+    kc = rnp.concatenate([kc, k], axis=2)
+    vc = rnp.concatenate([vc, v], axis=2)
+    s = q @ rnp.swapaxes(kc, -1, -2) / math.sqrt(q.shape[-1])
+    e = rnp.exp(s - rnp.max(s, axis=-1, keepdims=True))
+    return (e / rnp.sum(e, axis=-1, keepdims=True)) @ vc, kc, vc
+
+
+@given(batch=st.sampled_from([1, 2, 5]), heads=st.sampled_from([1, 4]), start=st.integers(0, 3),
+       steps=st.integers(1, 12), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=6, deadline=None)
+def test_attention_written_by_hand_over_caches_of_heads_first(batch, heads, start, steps, seed):
+    """The attention found in the user's own softmax (``AttentionCalls``) over caches laid
+    out (b, heads, t, hd), grown along axis 2: read in place too (heads merged into the
+    batch of the library call), equal to NumPy float64."""
+    rng = np.random.default_rng(seed)
+    for backend in BACKENDS:
+        step = rj.jit(_step_by_hand, donate_argnums=(3, 4), backend=backend)
+        kc = rng.standard_normal((batch, heads, start, 16)).astype(np.float32)
+        vc = rng.standard_normal((batch, heads, start, 16)).astype(np.float32)
+        k_all, v_all = kc.copy(), vc.copy()
+        for _ in range(steps):
+            q, k, v = (rng.standard_normal((batch, heads, 1, 16)).astype(np.float32) for _ in range(3))
+            out, kc, vc = step(q, k, v, kc, vc)
+            k_all, v_all = np.concatenate([k_all, k], 2), np.concatenate([v_all, v], 2)
+            np.testing.assert_array_equal(vc, v_all)
+            want = _attention64(*(x.swapaxes(1, 2) for x in (q, k_all, v_all))).swapaxes(1, 2)
+            np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-6)
+        if backend == "llvm":
+            main = step.compiled_modules()[0].main
+            assert "nn.attention_lengths_f32" in str(main) and "growing" in main.attrs

@@ -32,7 +32,7 @@ import sympy
 from ..core import PRIMITIVES
 from ..ir import Binding, Function, Literal, TensorType, Var
 from ..library import LibraryFunc, attention_lengths_name, attention_name
-from ..shapes import INF, symbol
+from ..shapes import INF, prod, symbol
 from .dce import dce_function
 from .passes import Pass, rewrite_functions
 
@@ -59,7 +59,8 @@ def _growths(f: Function) -> dict:
         axis = b.params.get("axis") if b.kind == "primitive" else None
         if b.callee.name != "concatenate" or len(b.args) != 2 or b.args[0] is not p or \
                 not isinstance(b.args[1], Var) or not isinstance(axis, int) or axis < 1 or \
-                results.count(b.outvars[0]) != 1:
+                results.count(b.outvars[0]) != 1 or \
+                not p.type.dtype == b.args[1].type.dtype == b.outvars[0].type.dtype:
             continue
         found[p] = (b, axis)
     return found
@@ -95,6 +96,7 @@ def _rewrite(f: Function, programs: dict) -> Function:
         shape[axis] = key[1] + groups[key]
         physical[p] = Var(TensorType(tuple(shape), p.type.dtype), p.hint)
     bindings, rename, lengths = [], {}, {}
+    keys: dict = {}                   # a grown cache as attention keys -> (physical view, (1, length))
     for b in f.bindings:
         args = [rename.get(a, a) if isinstance(a, Var) else a for a in b.args]
         p = args[0] if b.kind == "primitive" and b.callee.name == "concatenate" else None
@@ -111,9 +113,14 @@ def _rewrite(f: Function, programs: dict) -> Function:
                                     {"start": (0,) * x.type.ndim, "size": tuple(c.type.shape),
                                      "step": (1,) * x.type.ndim}, b.source))
             grown[c] = (c_ph, (axis, c.type.shape[axis]))
+            keys[c] = grown[c]
             rename[c] = view
             continue
-        call = _grown_attention(b, args, grown)
+        merged = _merged_view(b, grown)
+        if merged is not None:          # also as the attention call's keys, (b * heads, t, 1, hd)
+            bindings.append(merged[0])
+            keys[b.outvars[0]] = merged[1:]
+        call = _grown_attention(b, args, keys)
         if call is not None:
             q, k, v, scale, need = call
             at = (need, q.type.shape[0])
@@ -136,18 +143,38 @@ def _rewrite(f: Function, programs: dict) -> Function:
     return dce_function(Function(f.name, params, f.param_names, bindings, results, bounds, f.guards, attrs))
 
 
-def _grown_attention(b: Binding, args: list, grown: dict):
+def _merged_view(b: Binding, grown: dict):
+    """For ``b`` a reshape of a cache grown along its second-to-last axis to
+    ``(prod(leading dims), length, 1, last)`` (how ``AttentionCalls`` views keys stored as
+    ``(b, heads, t, hd)``): the binding making the same view of its physical array, that
+    view, and its group key along axis 1; else None."""
+    if b.kind != "primitive" or b.callee.name != "reshape" or b.args[0] not in grown:
+        return None
+    c = b.args[0]
+    c_ph, (axis, need) = grown[c]
+    lead = prod(c.type.shape[:axis]) if axis else 1
+    want = (lead, need, 1, c.type.shape[-1])
+    got = b.outvars[0].type.shape
+    if axis != c.type.ndim - 2 or len(got) != 4 or any(sympy.expand(x - y) != 0 for x, y in zip(got, want)):
+        return None
+    view = Var(TensorType((got[0], c_ph.type.shape[axis], 1, got[3]), c.type.dtype))
+    return (Binding([view], PRIMITIVES["reshape"], [c_ph], {"new_sizes": view.type.shape}, b.source),
+            view, (1, need))
+
+
+def _grown_attention(b: Binding, args: list, keys: dict):
     """``(q, k, v, scale, grown length)`` when ``b`` is the attention library call (no
-    mask, not causal) whose keys and values are concatenations grown in one group along
-    the keys' axis: ``k`` and ``v`` their physical arrays; else None."""
+    mask, not causal) whose keys and values are caches grown in one group (``keys``: the
+    concatenations' results and views of them): ``k`` and ``v`` their physical arrays;
+    else None."""
     if b.kind != "library" or len(b.args) != 4:
         return None
     _, k, v, _ = b.args
     q, _, _, scale = args
-    if k not in grown or v not in grown or grown[k][1] != grown[v][1] or grown[k][1][0] != 1 or \
+    if k not in keys or v not in keys or keys[k][1] != keys[v][1] or keys[k][1][0] != 1 or \
             q.type.ndim != 4 or b.callee.name != attention_name(q.type.dtype, False):
         return None
-    return q, grown[k][0], grown[v][0], scale, grown[k][1][1]
+    return q, keys[k][0], keys[v][0], scale, keys[k][1][1]
 
 
 def _lengths(bindings: list, need, batch, source) -> Var:
