@@ -137,21 +137,26 @@ def test_a_donated_cache_grows_by_concatenation(rows, inner, seed):
                 assert grown >= len(rows) // 2, (grown, rows)
 
 
+def _append_rows(c, x):
+    return rnp.concatenate([c, x * 2.0], axis=0)
+
+
 def test_a_grown_block_returns_to_the_pool_after_its_last_owner():
-    """Arrays grown in one block share it: the block goes back to the pool once every one
-    of them is gone, and a donated array used again meanwhile stays valid memory."""
+    """Along axis 0 the LLVM runtime grows a donated array into its memory block's room:
+    arrays grown in one block share it, the block goes back to the pool once every one of
+    them is gone, and a donated array used again meanwhile stays valid memory."""
     import gc
     from relaxjax.backends.llvm.buffer_pool import POOL
-    f = rj.jit(_append, donate_argnums=0)
+    f = rj.jit(_append_rows, donate_argnums=0)
     gc.collect()
     in_use = POOL.stats()["in_use"]
-    c, olds = np.zeros((1, 0, 64), np.float32), []
+    c, olds = np.zeros((0, 64), np.float32), []
     for _ in range(40):
         olds.append(c)
-        c = f(c, np.ones((1, 1, 64), np.float32))
-    assert np.shares_memory(c, olds[-1])
-    again = f(olds[20], np.full((1, 1, 64), 5.0, np.float32))     # reused after donation
-    assert again.shape == (1, 21, 64) and (again[0, 20] == 10.0).all() and (again[0, :20] == 2.0).all()
+        c = f(c, np.ones((1, 64), np.float32))
+    assert np.shares_memory(c, olds[-1]) and c.flags.c_contiguous
+    again = f(olds[20], np.full((1, 64), 5.0, np.float32))     # reused after donation
+    assert again.shape == (21, 64) and (again[20] == 10.0).all() and (again[:20] == 2.0).all()
     del c, olds, again
     gc.collect()
     assert POOL.stats()["in_use"] == in_use
