@@ -1,11 +1,13 @@
 """``AttentionCalls``: attention as users write it (``softmax(q @ k.T * c) @ v`` with the
 softmax written out or ``nn.softmax``, any batch dims, scales multiplied or divided) runs
 as the attention library call, with NumPy's float64 result over hypothesis-drawn shapes on
-every backend; what does not match (masks, broadcast batch dims) is left to the products;
+every backend, causal masks as users spell them as the causal call; what does not match
+(other masks, broadcast batch dims) is left to the products;
 a value of the pattern returned too is still computed."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
@@ -58,21 +60,92 @@ def test_written_out_attention_is_one_call(batch, t, s, h, hv, form, dtype, seed
         assert "exp" not in text
 
 
-def test_masked_scores_are_left_to_the_products():
-    def masked(q, k, v):
-        s = q @ k.T * 0.125
-        s = rnp.where(rnp.tri(s.shape[0], s.shape[1], dtype=bool), s, -1e9)
-        e = rnp.exp(s - s.max(-1, keepdims=True))
+def _causal(form: str, s, scale):
+    """``s`` (..., T, S) masked causally (key j <= query i) and scaled, spelled as users do."""
+    t, n = s.shape[-2], s.shape[-1]
+    f32 = s.dtype
+    if form == "tri -inf":
+        return rnp.where(rnp.tri(t, n, dtype=bool), s, -rnp.inf) * scale
+    if form == "tril == 0, -1e9":
+        return rnp.where(rnp.tril(rnp.ones((t, n), f32)) == 0, -1e9, s * scale)
+    if form == "arange >=":
+        keep = rnp.arange(t)[:, None] >= rnp.arange(n)[None, :]
+        return rnp.where(keep, s * scale, -rnp.inf)
+    if form == "triu added":
+        return s * scale + rnp.triu(rnp.full((t, n), -rnp.inf, f32), k=1)
+    if form == "finfo.min added":
+        return (s + (1 - rnp.tri(t, n, dtype=f32)) * np.finfo(f32).min) * scale
+    raise AssertionError(form)
+
+
+def _causal_reference(q, k, v, scale):
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    s = np.where(np.tri(s.shape[-2], s.shape[-1], dtype=bool), s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+@given(batch=st.sampled_from([(), (1,), (2, 3)]), t=LENGTHS, s=LENGTHS, h=st.sampled_from([1, 8, 64]),
+       form=st.sampled_from(["tri -inf", "tril == 0, -1e9", "arange >=", "triu added", "finfo.min added"]),
+       softmax=st.sampled_from(["written", "nn"]), dtype=st.sampled_from(["float32", "float64"]),
+       seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_causal_masks_as_users_write_them_are_one_causal_call(batch, t, s, h, form, softmax, dtype, seed):
+    """``where(tri, s, -inf)``, ``where(tril(ones) == 0, -1e9, s)``, an ``arange`` comparison,
+    ``triu(full(-inf), 1)`` or ``finfo.min`` added, before or after the scale: one call of
+    the causal attention (key j <= query i, top-left for T != S), NumPy's numbers."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(batch + (n, h)) for n in (t, s, s))
+    want = _causal_reference(q, k, v, 0.25)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+
+    def attention(q, k, v):
+        z = _causal(form, q @ rnp.swapaxes(k, -1, -2), 0.25)
+        if softmax == "nn":
+            return nn.softmax(z, axis=-1) @ v
+        e = rnp.exp(z - z.max(-1, keepdims=True))
         return (e / e.sum(-1, keepdims=True)) @ v
+    tol = 1e-10 if dtype == "float64" else 2e-5 * np.sqrt(h)
+    for b in BACKENDS:
+        f = rj.jit(attention, backend=b)
+        np.testing.assert_allclose(f(q, k, v), want, rtol=tol, atol=tol, err_msg=f"backend {b}")
+        text = f.lower(q, k, v).as_text("optimized")
+        assert f'"nn.attention_causal_{"f32" if dtype == "float32" else "f64"}"' in text, text
+
+
+@pytest.mark.parametrize("form", ["anti-causal", "off by one", "data", "small negative", "bias",
+                                  "negative scale"])
+def test_other_masks_are_left_to_the_products(form):
+    """Masks that are not the causal pattern, or masks read from data, are formed in full
+    as written (and give NumPy's numbers)."""
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((50, 8)) for _ in range(3))
-    s = np.where(np.tri(50, 50, dtype=bool), q @ k.T * 0.125, -1e9)
+    data = rng.standard_normal((50, 50)) > 0
+    data[:, 0] = True
+    scale = -0.125 if form == "negative scale" else 0.125
+    keep = {"anti-causal": np.triu(np.ones((50, 50), bool)), "off by one": np.tri(50, 50, -1, dtype=bool),
+            "data": data}.get(form, np.tri(50, 50, dtype=bool))
+    keep[:, 0] |= form == "off by one"                      # no row fully masked
+    fill = -1.0 if form == "small negative" else -1e9
+
+    def masked(q, k, v, m):
+        s = q @ k.T * scale
+        if form == "bias":
+            s = s + rnp.tri(50, 50) * 0.5
+        elif form == "data":
+            s = rnp.where(m, s, fill)
+        else:
+            s = rnp.where(rnp.asarray(keep), s, fill)
+        e = rnp.exp(s - s.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ v
+    s = q @ k.T * scale
+    s = s + np.tri(50, 50) * 0.5 if form == "bias" else np.where(keep, s, fill)
     e = np.exp(s - s.max(-1, keepdims=True))
     want = (e / e.sum(-1, keepdims=True)) @ v
     for b in BACKENDS:
         f = rj.jit(masked, backend=b)
-        np.testing.assert_allclose(f(q, k, v), want, rtol=1e-10, atol=1e-12)
-        assert "nn.attention" not in f.lower(q, k, v).as_text("optimized")
+        np.testing.assert_allclose(f(q, k, v, data), want, rtol=1e-10, atol=1e-12)
+        assert "nn.attention" not in f.lower(q, k, v, data).as_text("optimized")
 
 
 def test_broadcast_batch_dims_are_left_to_the_products():

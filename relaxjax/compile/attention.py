@@ -13,7 +13,9 @@ float64) and the same batch dims.  ``out`` becomes ``call_library("nn.attention_
 k', v', c)`` on rank-4 views of the operands (the batch dims merged, one head) and a view of
 its result; the bindings it made dead (the product, the softmax) go with dead-code
 elimination.  A value of the pattern that something else reads (the weights returned as
-well) is still computed for it.  Masked and biased scores are left as they are.
+well) is still computed for it.  A causal mask on the scores (``where(tri, s, -inf)``, an
+additive ``triu`` of ``-inf``, ...; ``attention_masks``) makes it the causal call; other
+masks and biases are left as they are.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from ..core import PRIMITIVES
 from ..ir import Binding, Function, Literal, TensorType, Var
 from ..library import LibraryFunc, attention_name
 from ..shapes import prod
+from .attention_masks import causal_keep
 from .dce import dce_function
 from .passes import Pass, rewrite_functions
 
@@ -62,19 +65,55 @@ def _row_reduction(defs: dict, v, name: str):
     return x
 
 
+def _negative(a) -> bool:
+    """Whether ``a`` is a constant masking a score: -inf, or -1e8 or less (``-1e9``,
+    ``finfo.min``), whose exp underflows to 0 beside any realistic score."""
+    c = _scalar(a)
+    return c is not None and c <= -1e8
+
+
 def _scaled_scores(defs: dict, s):
-    """``(q, k, scale)`` when ``s`` is ``q @ swapaxes(k, -1, -2)`` times a constant (or
-    divided by one, or as it is), else None."""
-    scale = 1.0
-    b = _primitive(defs, s, "mul", "div")
-    if b is not None:
-        x, y = b.args
-        c = _scalar(y)
-        if b.callee.name == "mul" and c is None:
-            x, c = y, _scalar(x)
-        if c is None or c == 0:
+    """``(q, k, scale, causal)`` when ``s`` is ``q @ swapaxes(k, -1, -2)``, times a
+    constant (or divided by one) or not, and causally masked or not -- ``where(mask, s,
+    -inf)``, ``where(~mask, -1e9, s)``, ``s + mask`` with the mask 0 where kept
+    (``attention_masks.causal_keep``) -- scale and mask in either order; else None."""
+    scale, scaled, causal = 1.0, False, False
+    rows, cols = s.type.shape[-2:] if isinstance(s, Var) and s.type.ndim >= 2 else (None, None)
+    while True:
+        b = _primitive(defs, s, "mul", "div", "select", "add")
+        if b is None:
+            break
+        name = b.callee.name
+        if name in ("mul", "div"):
+            x, y = b.args
+            c = _scalar(y)
+            if name == "mul" and c is None:
+                x, c = y, _scalar(x)
+            if c is None or c == 0 or scaled:
+                return None
+            scale, s, scaled = (c if name == "mul" else 1.0 / c), x, True
+            continue
+        if causal:
             return None
-        scale, s = (c if b.callee.name == "mul" else 1.0 / c), x
+        if name == "select":
+            p, x, y = b.args
+            if _negative(y) and isinstance(x, Var) and causal_keep(defs, p, rows, cols, "keep"):
+                s = x
+            elif _negative(x) and isinstance(y, Var) and causal_keep(defs, p, rows, cols, "drop"):
+                s = y
+            else:
+                return None
+        else:
+            x, m = b.args
+            if isinstance(m, Var) and causal_keep(defs, m, rows, cols, "add"):
+                s = x
+            elif isinstance(x, Var) and causal_keep(defs, x, rows, cols, "add"):
+                s = m
+            else:
+                return None
+        causal = True
+    if causal and scale <= 0:
+        return None
     mm = _primitive(defs, s, "matmul")
     if mm is None:
         return None
@@ -85,11 +124,11 @@ def _scaled_scores(defs: dict, s):
     n = kt.type.ndim
     if n < 2 or tuple(t.params["perm"]) != tuple(range(n - 2)) + (n - 1, n - 2):
         return None
-    return q, t.args[0], scale
+    return q, t.args[0], scale, causal
 
 
 def _attention(defs: dict, b: Binding):
-    """``(q, k, v, scale)`` when ``b`` computes attention as the module's docstring shows."""
+    """``(q, k, v, scale, causal)`` when ``b`` computes attention as the module's docstring shows."""
     if b.kind != "primitive" or b.callee.name != "matmul":
         return None
     p, v = b.args
@@ -109,7 +148,7 @@ def _attention(defs: dict, b: Binding):
     found = _scaled_scores(defs, s)
     if found is None:
         return None
-    q, k, scale = found
+    q, k, scale, causal = found
     dtype = b.outvars[0].type.dtype
     if dtype not in _DTYPES or any(x.type.dtype != dtype for x in (q, k, v)) or q.type.ndim < 2:
         return None
@@ -117,10 +156,10 @@ def _attention(defs: dict, b: Binding):
     if q.type.ndim != k.type.ndim or q.type.ndim != v.type.ndim or \
             tuple(k.type.shape[:-2]) != batch or tuple(v.type.shape[:-2]) != batch:
         return None                    # broadcast batch dims: left to the products
-    return q, k, v, scale
+    return q, k, v, scale, causal
 
 
-def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float) -> list:
+def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool) -> list:
     """The bindings computing ``b``'s result through the attention library call."""
     reshape = PRIMITIVES["reshape"]
     dtype = q.type.dtype
@@ -136,7 +175,7 @@ def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float) -> list:
     q4, k4, v4 = view(q, (nb, t, 1, h)), view(k, (nb, s, 1, h)), view(v, (nb, s, 1, hv))
     o4 = Var(TensorType((nb, t, 1, hv), dtype))
     c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
-    out.append(Binding([o4], LibraryFunc(attention_name(dtype, False)), [q4, k4, v4, c], {}, b.source))
+    out.append(Binding([o4], LibraryFunc(attention_name(dtype, causal)), [q4, k4, v4, c], {}, b.source))
     out.append(Binding(b.outvars, reshape, [o4], {"new_sizes": tuple(b.outvars[0].type.shape)}, b.source))
     return out
 
