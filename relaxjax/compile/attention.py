@@ -73,7 +73,7 @@ def _negative(a) -> bool:
 
 
 def _scaled_scores(defs: dict, s):
-    """``(q, k, scale, causal)`` when ``s`` is ``q @ swapaxes(k, -1, -2)``, times a
+    """``(q, k, scale, causal, bindings making k)`` when ``s`` is ``q @ swapaxes(k, -1, -2)``, times a
     constant (or divided by one) or not, and causally masked or not -- ``where(mask, s,
     -inf)``, ``where(~mask, -1e9, s)``, ``s + mask`` with the mask 0 where kept
     (``attention_masks.causal_keep``) -- scale and mask in either order; else None."""
@@ -122,13 +122,21 @@ def _scaled_scores(defs: dict, s):
     if t is None or not isinstance(q, Var) or not isinstance(t.args[0], Var):
         return None
     n = kt.type.ndim
-    if n < 2 or tuple(t.params["perm"]) != tuple(range(n - 2)) + (n - 1, n - 2):
+    if n < 2:
         return None
-    return q, t.args[0], scale, causal
+    # the keys (..., S, H): the transposed operand itself, or (where Canonicalize merged
+    # transposes, as of keys stored (..., S, heads, H)) another transpose of its source
+    perm = tuple(t.params["perm"])
+    perm = perm[:-2] + (perm[-1], perm[-2])
+    if perm == tuple(range(n)):
+        return q, t.args[0], scale, causal, []
+    k = Var(TensorType(tuple(kt.type.shape[:-2]) + (kt.type.shape[-1], kt.type.shape[-2]), kt.type.dtype))
+    return q, k, scale, causal, [Binding([k], PRIMITIVES["transpose"], [t.args[0]], {"perm": perm}, t.source)]
 
 
 def _attention(defs: dict, b: Binding):
-    """``(q, k, v, scale, causal)`` when ``b`` computes attention as the module's docstring shows."""
+    """``(q, k, v, scale, causal, bindings making k)`` when ``b`` computes attention as the
+    module's docstring shows."""
     if b.kind != "primitive" or b.callee.name != "matmul":
         return None
     p, v = b.args
@@ -148,7 +156,7 @@ def _attention(defs: dict, b: Binding):
     found = _scaled_scores(defs, s)
     if found is None:
         return None
-    q, k, scale, causal = found
+    q, k, scale, causal, pre = found
     dtype = b.outvars[0].type.dtype
     if dtype not in _DTYPES or any(x.type.dtype != dtype for x in (q, k, v)) or q.type.ndim < 2:
         return None
@@ -156,16 +164,17 @@ def _attention(defs: dict, b: Binding):
     if q.type.ndim != k.type.ndim or q.type.ndim != v.type.ndim or \
             tuple(k.type.shape[:-2]) != batch or tuple(v.type.shape[:-2]) != batch:
         return None                    # broadcast batch dims: left to the products
-    return q, k, v, scale, causal
+    return q, k, v, scale, causal, pre
 
 
-def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool) -> list:
-    """The bindings computing ``b``'s result through the attention library call."""
+def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool, pre: list) -> list:
+    """The bindings computing ``b``'s result through the attention library call (after
+    ``pre``, those making ``k``)."""
     reshape = PRIMITIVES["reshape"]
     dtype = q.type.dtype
     batch = tuple(q.type.shape[:-2])
     nb = prod(batch) if batch else 1
-    out: list = []
+    out: list = list(pre)
 
     def view(x: Var, sizes: tuple) -> Var:
         y = Var(TensorType(sizes, x.type.dtype))
