@@ -187,8 +187,9 @@ def test_one_compile_for_every_length():
 @given(t=LENGTHS, heads=st.sampled_from([1, 3]), batch=st.sampled_from([1, 2]), seed=st.integers(0, 99))
 @settings(max_examples=8, deadline=None)
 def test_a_causal_mask_argument_is_the_causal_call(t, heads, batch, seed):
-    """``nn.dot_product_attention(q, k, v, mask=tri)`` (jax.nn's layout: the keys reach the
-    product through merged transposes) runs as ``is_causal=True`` does, same numbers."""
+    """``nn.dot_product_attention(q, k, v, mask=tri)`` (its scores path: q, k, v transposed
+    heads first, the keys' transposes merged) runs as ``is_causal=True`` does: the call on
+    the arrays as given, no transposes, same numbers."""
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((batch, t, heads, 16)) for _ in range(3))
     want = _causal_reference(*(x.swapaxes(1, 2) for x in (q, k, v)), 0.25).swapaxes(1, 2)
@@ -196,4 +197,5 @@ def test_a_causal_mask_argument_is_the_causal_call(t, heads, batch, seed):
         f = rj.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, mask=rnp.tri(q.shape[1], dtype=bool)),
                    backend=b)
         np.testing.assert_allclose(f(q, k, v), want, rtol=1e-10, atol=1e-12, err_msg=f"backend {b}")
-        assert '"nn.attention_causal_f64"' in f.lower(q, k, v).as_text("optimized")
+        text = f.lower(q, k, v).as_text("optimized")
+        assert '"nn.attention_causal_f64"' in text and "transpose" not in text     # in its layout

@@ -167,11 +167,38 @@ def _attention(defs: dict, b: Binding):
     return q, k, v, scale, causal, pre
 
 
-def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool, pre: list) -> list:
-    """The bindings computing ``b``'s result through the attention library call (after
-    ``pre``, those making ``k``)."""
-    reshape = PRIMITIVES["reshape"]
+_HEADS_FIRST = (0, 2, 1, 3)
+
+
+def _heads_first(defs: dict, x, pre: list):
+    """The (B, T, N, H) array ``x`` is a (B, N, T, H) transpose of, or None: q, k and v as
+    ``nn.dot_product_attention``'s scores path views ``jax.nn``'s layout (``pre``: the
+    bindings making ``k``, whose transpose may be the one)."""
+    for b in pre:
+        if b.outvars[0] is x:
+            return b.args[0] if tuple(b.params["perm"]) == _HEADS_FIRST else None
+    t = _primitive(defs, x, "transpose")
+    if t is None or tuple(t.params["perm"]) != _HEADS_FIRST or not isinstance(t.args[0], Var):
+        return None
+    return t.args[0]
+
+
+def _library_call(defs: dict, b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool,
+                  pre: list) -> tuple:
+    """The bindings computing ``b``'s result through the attention library call, and the
+    call's own result where ``b``'s is its (B, N, T, H) transpose (else None).  The call
+    takes q, k, v in its layout (B, T, N, H) where they are transposes of arrays in it;
+    else rank-4 views of them with the batch dims merged, one head (after ``pre``, the
+    bindings making ``k``)."""
     dtype = q.type.dtype
+    c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
+    call = LibraryFunc(attention_name(dtype, causal))
+    sources = [_heads_first(defs, x, pre) for x in (q, k, v)] if q.type.ndim == 4 else [None]
+    if all(x is not None for x in sources):
+        o = Var(TensorType(tuple(q.type.shape[:1]) + (q.type.shape[2], q.type.shape[1], v.type.shape[3]), dtype))
+        return [Binding([o], call, [*sources, c], {}, b.source),
+                Binding(b.outvars, PRIMITIVES["transpose"], [o], {"perm": _HEADS_FIRST}, b.source)], o
+    reshape = PRIMITIVES["reshape"]
     batch = tuple(q.type.shape[:-2])
     nb = prod(batch) if batch else 1
     out: list = list(pre)
@@ -183,25 +210,36 @@ def _library_call(b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool
     (t, h), (s, hv) = q.type.shape[-2:], v.type.shape[-2:]
     q4, k4, v4 = view(q, (nb, t, 1, h)), view(k, (nb, s, 1, h)), view(v, (nb, s, 1, hv))
     o4 = Var(TensorType((nb, t, 1, hv), dtype))
-    c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
-    out.append(Binding([o4], LibraryFunc(attention_name(dtype, causal)), [q4, k4, v4, c], {}, b.source))
+    out.append(Binding([o4], call, [q4, k4, v4, c], {}, b.source))
     out.append(Binding(b.outvars, reshape, [o4], {"new_sizes": tuple(b.outvars[0].type.shape)}, b.source))
-    return out
+    return out, None
 
 
 def _rewrite(f: Function, programs: dict) -> Function:
     defs = {v: b for b in f.bindings for v in b.outvars}
     bindings, changed = [], False
+    heads_first: dict = {}            # a call's (B, N, T, H) result -> the call's own (B, T, N, H)
+    rename: dict = {}
     for b in f.bindings:
+        args = [rename.get(a, a) if isinstance(a, Var) else a for a in b.args]
+        if b.kind == "primitive" and b.callee.name == "transpose" and args[0] in heads_first and \
+                tuple(b.params["perm"]) == _HEADS_FIRST:
+            rename[b.outvars[0]] = heads_first[args[0]]      # transposed back: the call's result
+            continue
         found = _attention(defs, b)
         if found is None:
-            bindings.append(b)
+            bindings.append(b if all(x is y for x, y in zip(args, b.args)) else
+                            Binding(b.outvars, b.callee, args, b.params, b.source))
             continue
-        bindings += _library_call(b, *found)
+        made, own = _library_call(defs, b, *found)
+        bindings += made
+        if own is not None:
+            heads_first[b.outvars[0]] = own
         changed = True
     if not changed:
         return f
-    return dce_function(Function(f.name, f.params, f.param_names, bindings, f.results, f.bounds,
+    results = [rename.get(r, r) if isinstance(r, Var) else r for r in f.results]
+    return dce_function(Function(f.name, f.params, f.param_names, bindings, results, f.bounds,
                                  f.guards, f.attrs))
 
 
