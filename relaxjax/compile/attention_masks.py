@@ -75,7 +75,7 @@ def causal_keep(defs: dict, mask, rows, cols, kind: str) -> bool:
             stack += [a for a in b.args if isinstance(a, Var)]
     symbols = sorted(symbols, key=lambda s: s.name)
     rng = np.random.default_rng(0)
-    for k, (r, c) in enumerate(_SIZES):
+    for r, c in _SIZES:
         # the rows' and columns' dims at these sizes where they are plain dims; any other
         # dim at a size of its own
         values = {s: int(rng.integers(1, 10)) for s in symbols}
@@ -85,7 +85,7 @@ def causal_keep(defs: dict, mask, rows, cols, kind: str) -> bool:
             values[cols] = c
         try:
             m = _evaluate(defs, mask, values, {})
-        except (_NotShapeOnly, ValueError, TypeError):
+        except Exception:             # not shape-only, or an op refusing these sizes: not recognized
             return False
         n_rows, n_cols = _concrete(rows, values), _concrete(cols, values)
         if m.ndim > 2:                # broadcast over batch and heads: one mask for all

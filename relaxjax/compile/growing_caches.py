@@ -66,7 +66,7 @@ def _growths(f: Function) -> dict:
     return found
 
 
-def _room_symbol(f: Function, length, axis: int, taken: set) -> sympy.Symbol:
+def _room_symbol(length, axis: int, taken: set) -> sympy.Symbol:
     """A new dim for the room after a group's grown length (named after the cache's dim)."""
     stem = length.name if isinstance(length, sympy.Symbol) else "cache"
     name = f"{stem}_room" if axis == 1 else f"{stem}_room{axis}"
@@ -90,7 +90,7 @@ def _rewrite(f: Function, programs: dict) -> Function:
     for p, (b, axis) in growths.items():
         key = (axis, b.outvars[0].type.shape[axis])
         if key not in groups:
-            groups[key] = _room_symbol(f, p.type.shape[axis], axis, taken)
+            groups[key] = _room_symbol(p.type.shape[axis], axis, taken)
             bounds[groups[key]] = (0, INF)
         shape = list(p.type.shape)
         shape[axis] = key[1] + groups[key]
