@@ -199,3 +199,33 @@ def test_a_causal_mask_argument_is_the_causal_call(t, heads, batch, seed):
         np.testing.assert_allclose(f(q, k, v), want, rtol=1e-10, atol=1e-12, err_msg=f"backend {b}")
         text = f.lower(q, k, v).as_text("optimized")
         assert '"nn.attention_causal_f64"' in text and "transpose" not in text     # in its layout
+
+
+@given(batch=st.sampled_from([1, 2]), heads=st.sampled_from([1, 4]), t=LENGTHS, s=LENGTHS,
+       causal=st.booleans(), dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 99))
+@settings(max_examples=12, deadline=None)
+def test_attention_in_einsum_is_one_call(batch, heads, t, s, causal, dtype, seed):
+    """JAX-style attention in einsum (``bqhd,bkhd->bhqk``, softmax, ``bhqk,bkhd->bqhd``: the
+    keys transposed (0, 2, 3, 1)), causal or not: one call on q, k, v as given, NumPy's
+    numbers."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((batch, n, heads, 16)) for n in (t, s, s))
+    qh, kh, vh = (x.swapaxes(1, 2) for x in (q, k, v))
+    want = (_causal_reference(qh, kh, vh, 0.25) if causal else reference(qh, kh, vh, 0.25)).swapaxes(1, 2)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+
+    def attention(q, k, v):
+        z = rnp.einsum("bqhd,bkhd->bhqk", q, k) / 4.0
+        if causal:
+            z = rnp.where(rnp.tri(z.shape[-2], z.shape[-1], dtype=bool), z, -rnp.inf)
+        return rnp.einsum("bhqk,bkhd->bqhd", nn.softmax(z, axis=-1), v)
+    tol = 1e-10 if dtype == "float64" else 1e-4
+    name = f'"nn.attention{"_causal" if causal else ""}_{"f32" if dtype == "float32" else "f64"}", q, k, v'
+    n_q, n_kv = rj.dim("n_q"), rj.dim("n_kv")
+    # batch and heads fixed, as a model's are
+    shapes = [rj.ShapeDtypeStruct((batch, n, heads, 16), dtype) for n in (n_q, n_kv, n_kv)]
+    for b in BACKENDS:
+        f = rj.jit(attention, backend=b, shapes=shapes)
+        np.testing.assert_allclose(f(q, k, v), want, rtol=tol, atol=tol, err_msg=f"backend {b}")
+        text = f.lower(q, k, v).as_text("optimized")
+        assert name in text and "transpose" not in text, text

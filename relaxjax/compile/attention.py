@@ -119,19 +119,18 @@ def _scaled_scores(defs: dict, s):
         return None
     q, kt = mm.args
     t = _primitive(defs, kt, "transpose")
-    if t is None or not isinstance(q, Var) or not isinstance(t.args[0], Var):
-        return None
     n = kt.type.ndim
-    if n < 2:
+    if t is None or not isinstance(q, Var) or not isinstance(t.args[0], Var) or n < 2:
         return None
     # the keys (..., S, H): the transposed operand itself, or (where Canonicalize merged
-    # transposes, as of keys stored (..., S, heads, H)) another transpose of its source
-    perm = tuple(t.params["perm"])
+    # transposes, as of keys stored (..., S, heads, H), or einsum's "bqhd,bkhd->bhqk") another
+    # transpose of its source
+    src, perm = t.args[0], tuple(t.params["perm"])
     perm = perm[:-2] + (perm[-1], perm[-2])
     if perm == tuple(range(n)):
-        return q, t.args[0], scale, causal, []
+        return q, src, scale, causal, []
     k = Var(TensorType(tuple(kt.type.shape[:-2]) + (kt.type.shape[-1], kt.type.shape[-2]), kt.type.dtype))
-    return q, k, scale, causal, [Binding([k], PRIMITIVES["transpose"], [t.args[0]], {"perm": perm}, t.source)]
+    return q, k, scale, causal, [Binding([k], PRIMITIVES["transpose"], [src], {"perm": perm}, mm.source)]
 
 
 def _attention(defs: dict, b: Binding):

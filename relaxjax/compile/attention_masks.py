@@ -107,3 +107,4 @@ def causal_keep(defs: dict, mask, rows, cols, kind: str) -> bool:
         if not ok:
             return False
     return True
+
