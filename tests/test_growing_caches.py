@@ -165,3 +165,39 @@ def test_attention_written_by_hand_over_caches_of_heads_first(batch, heads, star
         if backend == "llvm":
             main = step.compiled_modules()[0].main
             assert "nn.attention_lengths_f32" in str(main) and "growing" in main.attrs
+
+
+def _two_logs(a, x, b, y):
+    """Two caches of independent lengths (two groups), one read by a reduction too."""
+    a = rnp.concatenate([a, x], axis=2)
+    b = rnp.concatenate([b, y], axis=1)
+    return a.sum(axis=2), a, b
+
+
+@given(rows=st.integers(1, 4), width=st.sampled_from([1, 3]), steps=st.lists(st.tuples(
+       st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=15), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=10, deadline=None)
+def test_caches_of_independent_lengths_and_other_readers(rows, width, steps, seed):
+    """Two caches growing by different amounts per call (int64 along axis 2 of rank 3,
+    float64 along axis 1), one also summed over its grown axis: every result NumPy's,
+    one compile, on every backend."""
+    rng = np.random.default_rng(seed)
+    r, ta, na, tb, nb = (rj.dim(n, min=0) for n in ("r", "ta", "na", "tb", "nb"))
+    x_ = rj.ShapeDtypeStruct
+    shapes = (x_((r, width, ta), "int64"), x_((r, width, na), "int64"), x_((r, tb, 5), "float64"),
+              x_((r, nb, 5), "float64"))
+    for backend in BACKENDS:
+        f = rj.jit(_two_logs, donate_argnums=(0, 2), backend=backend, shapes=shapes)
+        a, b = np.zeros((rows, width, 0), np.int64), np.zeros((rows, 0, 5))
+        want_a, want_b = a.copy(), b.copy()
+        for na, nb in steps:
+            x = rng.integers(-9, 9, (rows, width, na))
+            y = rng.standard_normal((rows, nb, 5))
+            s, a, b = f(a, x, b, y)
+            want_a, want_b = np.concatenate([want_a, x], 2), np.concatenate([want_b, y], 1)
+            np.testing.assert_array_equal(a, want_a)
+            np.testing.assert_array_equal(b, want_b)
+            np.testing.assert_array_equal(s, want_a.sum(axis=2))
+        assert f.cache_info().compiles == 1
+        groups = f.compiled_modules()[0].main.attrs["growing"]
+        assert len(groups) == 2
