@@ -86,7 +86,10 @@ class GrowingCaches:
             for (i, t), ph in zip(params, found):
                 if ph is None or ph.shape[axis] != length:
                     x = arrays[i] if hasattr(arrays[i], "dtype") else np.asarray(arrays[i])
-                    ph = type(x)(x.shape[:axis] + (length,) + x.shape[axis + 1:], x.dtype)
+                    shape = x.shape[:axis] + (length,) + x.shape[axis + 1:]
+                    # NumPy's (subclasses too: a memmap's constructor takes a file) or the
+                    # device array type's own
+                    ph = np.empty(shape, x.dtype) if isinstance(x, np.ndarray) else type(x)(shape, x.dtype)
                     t = eval_dim(t, D)
                     ph[_cut(axis, t)] = x
                     # the room zeroed: a reference attention weighting the keys past the

@@ -74,10 +74,11 @@ def test_the_rewrite_shows_in_the_optimized_ir():
                                        *[np.zeros((3, 5, 2, 8), np.float32)] * 2).as_text("optimized")
 
 
-def test_a_cache_used_twice_or_not_ours_is_copied_first():
+def test_a_cache_used_twice_or_not_ours_is_copied_first(tmp_path):
     """Two steps from one cache (a caller branching instead of giving it up) each see the
     cache as it was; a donated view of the caller's own larger array is read, never
-    written past its end; caches of one group with different room are given one length."""
+    written past its end; caches of one group with different room are given one length; a
+    NumPy subclass (a memmap) is copied into a plain array."""
     rng = np.random.default_rng(0)
     step = rj.jit(_step, donate_argnums=(3, 4))
     shape = (2, 1, 1, 4)
@@ -99,6 +100,10 @@ def test_a_cache_used_twice_or_not_ours_is_copied_first():
     np.testing.assert_array_equal(big, keep)
     np.testing.assert_array_equal(k2, np.concatenate([keep[:, :4], k], 1))
     np.testing.assert_array_equal(v2, np.concatenate([a[2], v], 1))
+    mapped = np.memmap(tmp_path / "cache.dat", np.float32, "w+", shape=(2, 3, 1, 4))   # a subclass
+    mapped[:] = 1.0
+    _, k3, _ = step(q, k, v, mapped, mapped.copy())
+    np.testing.assert_array_equal(k3, np.concatenate([np.ones((2, 3, 1, 4), np.float32), k], 1))
 
 
 def test_a_growing_cache_loads_from_the_persistent_cache(tmp_path, monkeypatch):
