@@ -586,7 +586,11 @@ def jit(fun: Callable | None = None, *, shapes=None, static_argnums=(), static_a
     written at one position, ``x.at[i].set(v)``) is made in place and touches only what it
     changes.  The caller gives the arrays up: their contents after the call are unspecified
     (JAX deletes them).  An array is only reused when it is writeable and shares no memory
-    with another argument; the LLVM backend reuses, the others ignore the hint.
+    with another argument; the LLVM backend reuses, the others ignore the hint.  A donated
+    array that one concatenation extends along an inner axis and the function returns (a
+    KV cache growing by a position per call, ``concatenate([cache, k], axis=1)``) is kept in
+    an array with room: the result is a view of it, which the next call takes back and
+    extends in place (``compile/growing_caches.py``, ``relaxjax/growing.py``).
     """
     if fun is None:
         return lambda f: jit(f, shapes=shapes, static_argnums=static_argnums,
