@@ -134,6 +134,19 @@ class Function:
         for b in self.bindings:
             yield from b.outvars
 
+    def uses(self) -> dict:
+        """Var -> the positions of the bindings reading it, once per argument it is
+        (``len(bindings)`` for each time it is a result)."""
+        uses: dict = {}
+        for i, b in enumerate(self.bindings):
+            for a in b.args:
+                if isinstance(a, Var):
+                    uses.setdefault(a, []).append(i)
+        for r in self.results:
+            if isinstance(r, Var):
+                uses.setdefault(r, []).append(len(self.bindings))
+        return uses
+
     def __str__(self) -> str:
         return print_function(self)
 

@@ -98,7 +98,7 @@ class _Fuser:
         self.ranges = ValueRanges(fn.bindings, self.env)
         self.groups: list[_Group] = []
         self.group_of: dict = {}      # Var -> group id
-        self.uses = _uses(fn)
+        self.uses = fn.uses()
         self.depth: dict = {}         # Var -> its chain length within its group
 
     def index_inside(self, b: Binding, gids: set) -> bool:
@@ -317,18 +317,6 @@ class _Fuser:
         return self.groups
 
 
-def _uses(fn: Function) -> dict:
-    uses: dict = {}
-    for i, b in enumerate(fn.bindings):
-        for a in b.args:
-            if isinstance(a, Var):
-                uses.setdefault(a, []).append(i)
-    for r in fn.results:
-        if isinstance(r, Var):
-            uses.setdefault(r, []).append(len(fn.bindings))
-    return uses
-
-
 def _group_name(bindings: list, taken: set) -> str:
     parts: list = []
     for b in bindings:
@@ -385,7 +373,7 @@ def _rematerialize_dim_scalars(fn: Function) -> Function:
     """A copy of each one-element value computed from dims alone (``convert(m)``) for
     every binding after the first that reads it, so that each consumer's group computes its
     own (``_Fuser.constant``); CSE shares them, which would leave them a kernel of their own."""
-    uses = _uses(fn)
+    uses = fn.uses()
     copies: dict = {}          # user index -> [(original var, copy binding)]
     for b in fn.bindings:
         if op_pattern(b) != "injective" or not _dim_scalar(b, lambda n: n == 1):
@@ -443,7 +431,7 @@ def fuse_function(fn: Function, taken: set) -> tuple[Function, list]:
         return fn, []
     original, fn = fn, _rematerialize_dim_scalars(fn)
     groups = _Fuser(fn).run()
-    uses = _uses(fn)
+    uses = fn.uses()
     replace: dict = {}          # first member index -> call binding; other members dropped
     drop: set = set()
     subs = []

@@ -44,18 +44,14 @@ def _growths(f: Function) -> dict:
     donated = [f.params[i] for i in f.attrs.get("donated", ())]
     if not donated:
         return {}
-    uses: dict = {}
-    for b in f.bindings:
-        for a in b.args:
-            if isinstance(a, Var):
-                uses.setdefault(a, []).append(b)
+    uses = f.uses()
     results = [r for r in f.results if isinstance(r, Var)]
     found = {}
     for p in donated:
         used = uses.get(p, [])
-        if len(used) != 1 or p in results:
+        if len(used) != 1 or used[0] == len(f.bindings):      # one reader, not a result
             continue
-        b = used[0]
+        b = f.bindings[used[0]]
         axis = b.params.get("axis") if b.kind == "primitive" else None
         if b.callee.name != "concatenate" or len(b.args) != 2 or b.args[0] is not p or \
                 not isinstance(b.args[1], Var) or not isinstance(axis, int) or axis < 1 or \

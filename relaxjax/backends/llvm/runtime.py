@@ -289,11 +289,7 @@ class LLVMExecutable(Executable):
         donated = {fn.params[k] for k in fn.attrs.get("donated", ())}
         if not donated:
             return {}, {}
-        uses: dict = {}
-        for b in fn.bindings:
-            for a in b.args:
-                if isinstance(a, Var):
-                    uses[a] = uses.get(a, 0) + 1
+        uses = fn.uses()
         results = [r for r in fn.results if isinstance(r, Var)]
         planned = self.memory_plan.storage_of if self.memory_plan is not None else {}
         out, grow = {}, {}
@@ -306,14 +302,14 @@ class LLVMExecutable(Executable):
             j = inplace_input(b.callee)
             if j is not None:
                 p = b.args[j]
-                if p in donated and uses.get(p) == 1 and p not in results and p.type == r.type:
+                if p in donated and len(uses.get(p, ())) == 1 and p not in results and p.type == r.type:
                     out[r] = p
                     donated.discard(p)
                 continue
             g = growing_input(b.callee)
             if g is not None:
                 p = b.args[g[0]]
-                if p in donated and uses.get(p) == 1 and p not in results:
+                if p in donated and len(uses.get(p, ())) == 1 and p not in results:
                     grow[r] = (p, g[1])
                     donated.discard(p)
         return out, grow
