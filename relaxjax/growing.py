@@ -60,8 +60,9 @@ def _physical_of(x, axis: int):
     return ph if ph.shape[:axis] == x.shape[:axis] and ph.shape[axis + 1:] == x.shape[axis + 1:] else None
 
 
-def _cut(axis: int, stop: int) -> tuple:
-    return (slice(None),) * axis + (slice(0, stop),)
+def _along(axis: int, start: int, stop: int | None) -> tuple:
+    """The index of positions ``start:stop`` along ``axis``."""
+    return (slice(None),) * axis + (slice(start, stop),)
 
 
 class GrowingCaches:
@@ -91,10 +92,10 @@ class GrowingCaches:
                     # device array type's own
                     ph = np.empty(shape, x.dtype) if isinstance(x, np.ndarray) else type(x)(shape, x.dtype)
                     t = eval_dim(t, D)
-                    ph[_cut(axis, t)] = x
+                    ph[_along(axis, 0, t)] = x
                     # the room zeroed: a reference attention weighting the keys past the
                     # lengths by 0 still reads them (0 * nan is nan)
-                    ph[(slice(None),) * axis + (slice(t, None),)] = 0
+                    ph[_along(axis, t, None)] = 0
                 arrays[i] = ph
             D[room_name] = length - need
         return arrays
@@ -106,6 +107,6 @@ class GrowingCaches:
             n = eval_dim(need, D)
             for j in results:
                 ph = outs[j]
-                outs[j] = view = ph[_cut(axis, n)]
+                outs[j] = view = ph[_along(axis, 0, n)]
                 _remember(view, ph, axis)
         return outs
