@@ -182,8 +182,8 @@ def _heads_first(defs: dict, x, pre: list):
     return t.args[0]
 
 
-def _library_call(defs: dict, b: Binding, q: Var, k: Var, v: Var, scale: float, causal: bool,
-                  pre: list) -> tuple:
+def _library_call(defs: dict, rename: dict, b: Binding, q: Var, k: Var, v: Var, scale: float,
+                  causal: bool, pre: list) -> tuple:
     """The bindings computing ``b``'s result through the attention library call, and the
     call's own result where ``b``'s is its (B, N, T, H) transpose (else None).  The call
     takes q, k, v in its layout (B, T, N, H) where they are transposes of arrays in it;
@@ -193,6 +193,7 @@ def _library_call(defs: dict, b: Binding, q: Var, k: Var, v: Var, scale: float, 
     c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
     call = LibraryFunc(attention_name(dtype, causal))
     sources = [_heads_first(defs, x, pre) for x in (q, k, v)] if q.type.ndim == 4 else [None]
+    sources = [rename.get(x, x) for x in sources]
     if all(x is not None for x in sources):
         o = Var(TensorType(tuple(q.type.shape[:1]) + (q.type.shape[2], q.type.shape[1], v.type.shape[3]), dtype))
         return [Binding([o], call, [*sources, c], {}, b.source),
@@ -230,7 +231,11 @@ def _rewrite(f: Function, programs: dict) -> Function:
             bindings.append(b if all(x is y for x, y in zip(args, b.args)) else
                             Binding(b.outvars, b.callee, args, b.params, b.source))
             continue
-        made, own = _library_call(defs, b, *found)
+        # (the operands as this rewrite left them: a result transposed back is the call's own)
+        q, k, v, scale, causal, pre = found
+        q, k, v = (rename.get(x, x) for x in (q, k, v))
+        pre = [Binding(p.outvars, p.callee, [rename.get(a, a) for a in p.args], p.params, p.source) for p in pre]
+        made, own = _library_call(defs, rename, b, q, k, v, scale, causal, pre)
         bindings += made
         if own is not None:
             heads_first[b.outvars[0]] = own
