@@ -22,6 +22,7 @@ from .compile.legalize import legalize, unlowered
 from .compile.passes import Pass, run_pipeline
 from .compile.pipeline import default_pipeline
 from .compile.split_complex import has_complex, split_complex
+from . import dtypes as dt
 from .errors import ShapeError
 from .growing import GrowingCaches
 from .ir import IRModule, Literal
@@ -243,11 +244,12 @@ def _shape_stand_in(x):
     return x
 
 
-def _fast_key(args: tuple) -> tuple:
+def _fast_key(args: tuple, scalars: bool) -> tuple:
     """(the fast path's key, the arrays in order) of positional arguments that are NumPy
-    arrays, NumPy scalars or pytrees of them (a model's parameters in dicts): their dtypes
-    and ranks, and the pytree's structure; (None, None) for anything else, which takes the
-    full path."""
+    arrays, NumPy scalars, Python scalars (``scalars``: automatic mode, where one is a weakly
+    typed 0-d array of its type's default dtype whatever its value, as ``CallArgs`` makes
+    it) or pytrees of them (a model's parameters in dicts): their dtypes and ranks, and the
+    pytree's structure; (None, None) for anything else, which takes the full path."""
     try:
         key = tuple([(a.dtype, a.ndim) for a in args if type(a) is np.ndarray])
     except AttributeError:
@@ -255,15 +257,24 @@ def _fast_key(args: tuple) -> tuple:
     if len(key) == len(args):
         return key, args
     leaves, tree = optree.tree_flatten(args, none_is_leaf=False)
-    if not all([type(a) is np.ndarray or isinstance(a, np.generic) for a in leaves]):
+    weak = dt.WEAK_DEFAULT if scalars else {}
+    if not all([type(a) is np.ndarray or isinstance(a, np.generic) or type(a) in weak for a in leaves]):
         # device arrays (CuPy's), alone or among NumPy arrays, as flat arguments: keyed apart
         # (checked only here, off the pytree path's way)
         on_gpu = [on_device(a) for a in args]
         if any(on_gpu) and len(key) + sum(on_gpu) == len(args):
             return tuple([(a.dtype, a.ndim, g) for a, g in zip(args, on_gpu)]), args
         return None, None
-    leaves = [a if type(a) is np.ndarray else np.asarray(a) for a in leaves]   # NumPy scalars: 0-d
-    return (tree, tuple([(a.dtype, a.ndim) for a in leaves])), leaves
+    keys, arrays = [], []
+    for a in leaves:
+        if type(a) in weak:                     # (its type in the key: weak, unlike a 0-d array)
+            keys.append(("weak", type(a)))
+            arrays.append(np.asarray(a, weak[type(a)]))
+        else:                                   # NumPy scalars: 0-d
+            a = a if type(a) is np.ndarray else np.asarray(a)
+            keys.append((a.dtype, a.ndim))
+            arrays.append(a)
+    return (tree, tuple(keys)), arrays
 
 
 class Jitted:
@@ -336,6 +347,7 @@ class Jitted:
         # every entry's binder, and bounded (MAX_EXACT_ENTRIES)
         self._exact: OrderedDict = OrderedDict()
         self._fast_arity = None
+        self._fast_scalars = shapes is None     # explicit: a Python scalar takes its struct's dtype
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
             specs = spec_list(shapes)
@@ -435,7 +447,7 @@ class Jitted:
             if out is not NotImplemented:
                 return out
         if not kwargs and len(args) == self._fast_arity:
-            key, arrays = _fast_key(args)
+            key, arrays = _fast_key(args, self._fast_scalars)
             if key is not None:
                 shapes = tuple([a.shape for a in arrays])
                 entry = self._exact.get((key, shapes))

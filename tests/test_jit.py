@@ -352,6 +352,29 @@ def test_pytree_arguments_take_the_fast_path_with_the_same_results():
     np.testing.assert_allclose(f(x, {"w": p["w"], "b": [2.0]}), x @ p["w"] + 2, rtol=1e-6)
 
 
+def test_python_scalars_on_the_fast_path_keep_their_weak_types():
+    """Python scalars (a position, a step size; flat or in a pytree) take the fast path
+    after the first call, each type weakly typed and keyed apart from the NumPy scalar of
+    its default dtype: NumPy's result dtypes, one compile per type, every value."""
+    f = rj.jit(lambda x, p: x * p)
+    slow = []
+    full_path = f._call_slow
+    f._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    x = np.arange(1, 4, dtype=np.float32)
+    calls = [3, np.int64(3), 2.5, np.float64(2.5), True, 1j, -7, 0.125, False, 2j]
+    for a in calls:
+        got = f(x, a)
+        assert got.dtype == (x * a).dtype, (a, got.dtype)
+        np.testing.assert_allclose(got, x * a, rtol=1e-6)
+    assert f.cache_info().compiles == 6 and f.cache_info().hits == 4
+    assert len(slow) == 6                      # the first call of each type only
+    g = rj.jit(lambda d: d["x"] * d["lr"])
+    for lr in (0.5, 2.0, 1e-3):
+        np.testing.assert_allclose(g({"x": x, "lr": lr}), x * lr, rtol=1e-6)
+    assert g({"x": x, "lr": np.float64(2)}).dtype == np.float64
+    assert g.cache_info().compiles == 2 and g.cache_info().hits == 2
+
+
 def test_explicit_pytree_signatures_and_numpy_scalars_on_the_fast_path():
     """A signature of structs in a dict and a NumPy scalar argument (a decode step's
     position) take the fast path after the first call, and still reject what breaks the
