@@ -438,3 +438,28 @@ def test_unit_axes_get_no_loop_and_the_next_axis_vectorizes(n, m):
         assert_same(rj.jit(f, backend=b)(x, x), want)
     text = rj.jit(f).lower(x, x).compile().as_text("loops")
     assert "range(1)" not in text and re.search(r"vectorized for \w+ in range\(x1\)", text), text
+
+
+@settings(max_examples=12, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 5, 7, 16, 33]), min_size=2, max_size=4),
+       seed=st.integers(0, 2**16), reduced=st.booleans(), data=st.data())
+def test_a_transposed_output_is_stored_at_the_permuted_index(shape, seed, reduced, data):
+    """A group returning a value and its transpose (a cache and its keys laid out for the
+    product) stores the transpose at the permuted loop index, in the injective loops and in
+    a row-wise group's elementwise pass: no division or remainder per element, NumPy's
+    numbers on every backend."""
+    perm = tuple(data.draw(st.permutations(range(len(shape)))))
+    x = np.random.default_rng(seed).standard_normal(shape)
+
+    def f(x):
+        y = rnp.sin(x) * 2.0 + 1.0
+        out = (y, rnp.transpose(y, perm))
+        return out + (y.sum(-1),) if reduced else out
+    y = np.sin(x) * 2.0 + 1.0
+    want = (y, np.transpose(y, perm)) + ((y.sum(-1),) if reduced else ())
+    for b in BACKENDS:
+        got = rj.jit(f, backend=b)(x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"backend {b}")
+    loops = rj.jit(f).lower(x).as_text("loops")
+    assert "//" not in loops and "%" not in loops, loops

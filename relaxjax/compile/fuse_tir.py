@@ -222,19 +222,33 @@ class _Builder:
             temps.append((buf, idx, t))
         return stmts + [Store(buf, idx, t) for buf, idx, t in temps]
 
+    def _store_at(self, v, idx: list, shape: tuple) -> tuple:
+        """(buffer, index, value) storing output ``v`` from loops ``idx`` over ``shape`` (of
+        as many elements): at ``idx`` where ``v`` has that shape; at the permuted index where
+        ``v`` transposes a value of that shape (no division per element, and one value for
+        both where the other is stored too); else at ``idx`` read as a row-major position
+        in ``v``'s shape."""
+        if self.env.same_shape(v.type.shape, shape):
+            return self.out_buffer[v], tuple(idx), self.value(v, idx)
+        b = self.producer.get(v)
+        if b is not None and b.kind == "primitive" and b.callee.name == "transpose" and \
+                isinstance(b.args[0], Var) and self.env.same_shape(b.args[0].type.shape, shape):
+            return self.out_buffer[v], tuple(idx[p] for p in b.params["perm"]), self.value(b.args[0], idx)
+        vi = reindex(idx, shape, v.type.shape)
+        return self.out_buffer[v], tuple(vi), self.value(v, vi)
+
     def injective(self) -> PrimFunc:
-        anchor = max(self.outputs, key=lambda v: v.type.ndim).type.shape
+        # the loops run over the largest output's shape, one that is not a transpose of
+        # another shape where there is one
+        anchor = max(self.outputs, key=lambda v: (v.type.ndim, self.producer.get(v) is None or
+                                                  self.producer[v].callee.name != "transpose")).type.shape
         for v in self.outputs:
             if not self.equal(prod(v.type.shape), prod(anchor)):
                 raise FusionError("outputs of an injective group differ in size")
         extents = [from_sympy(d) for d in anchor]
 
         def body(idx):
-            pairs = []
-            for v in self.outputs:
-                vi = idx if v.type.shape == tuple(anchor) else reindex(list(idx), anchor, v.type.shape)
-                pairs.append((self.out_buffer[v], tuple(vi), self.value(v, list(vi))))
-            return Seq(self.store_all(pairs))
+            return Seq(self.store_all([self._store_at(v, list(idx), tuple(anchor)) for v in self.outputs]))
         return self.primfunc(tir.loop_nest(extents, body, default_loop_kinds(len(anchor)), self.taken,
                                            drop_unit=True))
 
@@ -300,11 +314,7 @@ class _Builder:
             idx = full_index(inner)
             self.full_key = self._key(idx)
             self.pending, self.inlined = [], {}
-            pairs = []
-            for v in elem_outs:
-                vi = idx if self.env.same_shape(v.type.shape, full) else reindex(idx, full, v.type.shape)
-                pairs.append((self.out_buffer[v], tuple(vi), self.value(v, vi)))
-            body = Seq(self.store_all(pairs))
+            body = Seq(self.store_all([self._store_at(v, idx, full) for v in elem_outs]))
             kinds = ["serial"] * len(inner)
             kinds[-1] = "vectorized"
             for var, ext, kind in reversed(list(zip(inner, red_extents, kinds))):
