@@ -19,8 +19,8 @@ The cache is kept two ways, each compiled once for every length:
 (b) the JAX way: a cache preallocated at its maximum length, written in place at a traced
     position ``pos`` (``rj.lax.dynamic_update_slice``), with attention to the filled part
     only: ``key_value_seq_lengths`` (jax.nn's argument), which the attention kernel's loops
-    stop at (a mask, ``rnp.arange(max_len) <= pos``, gives the same numbers but forms every
-    score and reads the whole cache).
+    stop at (a mask written by hand, ``rnp.where(rnp.arange(max_len) <= pos, s, -1e9)``,
+    compiles to the same call: ``compile/attention.py``).
 
 Both are functional, as everything in relaxjax: a step returns new caches, and both donate
 the caches they are given (``donate_argnums``, as in JAX): (b) writes the new position into

@@ -125,7 +125,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     (``library.attention_name``, ``attention_lengths_name`` with key lengths) that never
     forms the ``T x S`` scores: on the CPU a blocked kernel with an online softmax
     (``backends/llvm/attention.py``), stopping at each batch's key length; its gradient
-    recomputes the scores (``attention_scores``).  Otherwise the scores are formed in full."""
+    recomputes the scores (``attention_scores``).  Otherwise the scores are formed in full,
+    except where ``mask`` is causal or keeps each batch row's first keys (``arange(S) <
+    lengths``), which the compiler's ``AttentionCalls`` makes the causal or key-lengths
+    call."""
     q, k, v = arr(query), arr(key), arr(value)
     if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"dot_product_attention: query, key and value need the same rank >= 3 "

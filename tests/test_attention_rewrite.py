@@ -229,3 +229,116 @@ def test_attention_in_einsum_is_one_call(batch, heads, t, s, causal, dtype, seed
         np.testing.assert_allclose(f(q, k, v), want, rtol=tol, atol=tol, err_msg=f"backend {b}")
         text = f.lower(q, k, v).as_text("optimized")
         assert name in text and "transpose" not in text, text
+
+
+def _masked_reference(q, k, v, scale, keep, fill):
+    s = np.where(keep, q @ np.swapaxes(k, -1, -2) * scale, fill)
+    with np.errstate(invalid="ignore"):            # -inf everywhere: NaN, as written
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def _key_length_mask(form: str, s, bound):
+    """``s`` (B, N, T, S) masked to its first keys as users write it; ``bound`` a scalar
+    position or (B,) lengths.  Returns (masked scores, the NumPy keep mask's maker, fill)."""
+    n = s.shape[-1]
+    j = rnp.arange(n)
+    if form == "<= pos, -1e9":
+        return rnp.where(j <= bound, s, -1e9), lambda j, b: j <= b, -1e9
+    if form == "> pos dropped, finfo.min":
+        return rnp.where(j > bound, np.finfo(s.dtype).min, s), lambda j, b: j <= b, np.finfo(s.dtype).min
+    if form == "pos >= j, -inf":
+        return rnp.where(bound >= j, s, -rnp.inf), lambda j, b: j <= b, -np.inf
+    if form == "lengths < , -inf":
+        keep = j[None, :] < bound[:, None]
+        return rnp.where(keep[:, None, None, :], s, -rnp.inf), lambda j, b: j[None, :] < b[:, None], -np.inf
+    if form == "lengths > j, -1e9, 3-d":
+        keep = bound[:, None, None] > j
+        return rnp.where(keep[:, None], s, -1e9), lambda j, b: j[None, :] < b[:, None], -1e9
+    raise AssertionError(form)
+
+
+@given(batch=st.sampled_from([1, 2, 5]), heads=st.sampled_from([1, 3]), t=st.sampled_from([1, 2, 7, 49]),
+       s=LENGTHS, form=st.sampled_from(["<= pos, -1e9", "> pos dropped, finfo.min", "pos >= j, -inf",
+                                        "lengths < , -inf", "lengths > j, -1e9, 3-d"]),
+       dtype=st.sampled_from(["float32", "float64"]), bound_type=st.sampled_from(["int32", "int64"]),
+       data=st.data())
+@settings(max_examples=30, deadline=None)
+def test_key_length_masks_as_users_write_them_are_the_lengths_call(batch, heads, t, s, form, dtype,
+                                                                   bound_type, data):
+    """``where(arange(S) <= pos, s, -1e9)`` (decode over a preallocated cache), padding masks
+    from per-sequence lengths, dropped or kept, any fill: one ``nn.attention_lengths`` call,
+    NumPy's numbers -- also where a sequence keeps no key (positions below 0: uniform
+    weights for a finite fill, NaN for -inf, as written) or every key (past the end)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    q, k, v = (rng.standard_normal((batch, heads, n, 8)) for n in (t, s, s))
+    per_sequence = form.startswith("lengths")
+    top, bottom = int(np.iinfo(bound_type).max), int(np.iinfo(bound_type).min)
+    bounds = st.one_of(st.sampled_from([-1, 0, s - 1, s, top, bottom]), st.integers(-2, s + 2))
+    bound = np.array(data.draw(st.lists(bounds, min_size=batch, max_size=batch)) if per_sequence
+                     else data.draw(bounds), bound_type)
+    masked, keep, fill = _key_length_mask(form, rnp.zeros((1, 1, 1, s), dtype), bound)
+    keep = keep(np.arange(s), bound)
+    want = _masked_reference(q, k, v, 0.25, keep[:, None, None, :] if per_sequence else keep, fill)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+
+    def attention(q, k, v, bound):
+        z = _key_length_mask(form, q @ rnp.swapaxes(k, -1, -2) * 0.25, bound)[0]
+        e = rnp.exp(z - z.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ v
+    tol = 1e-10 if dtype == "float64" else 2e-5
+    for b in BACKENDS:
+        f = rj.jit(attention, backend=b)
+        got = f(q, k, v, bound)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"backend {b}")
+        text = f.lower(q, k, v, bound).as_text("optimized")
+        assert f'"nn.attention_lengths_{"f32" if dtype == "float32" else "f64"}"' in text, text
+        assert "exp" not in text
+
+
+@given(batch=st.sampled_from([1, 3]), heads=st.sampled_from([1, 4]), s=LENGTHS, seed=st.integers(0, 99))
+@settings(max_examples=8, deadline=None)
+def test_a_key_length_mask_argument_is_the_lengths_call(batch, heads, s, seed):
+    """``nn.dot_product_attention(q, k, v, mask=arange(S) < lengths)`` (jax.nn's layout, its
+    scores path transposing heads first): the lengths call on the arrays as given; a
+    sequence with no keys gets jax.nn's uniform weights."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((batch, n, heads, 16)) for n in (1, s, s))
+    lengths = rng.integers(0, s + 1, batch).astype(np.int32)
+    keep = (np.arange(s)[None, :] < lengths[:, None])[:, None, None, :]
+    want = _masked_reference(*(x.swapaxes(1, 2) for x in (q, k, v)), 0.25, keep, -1e300).swapaxes(1, 2)
+
+    def attention(q, k, v, lengths):
+        mask = rnp.arange(k.shape[1])[None, :] < lengths[:, None]
+        return nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
+    for b in BACKENDS:
+        f = rj.jit(attention, backend=b)
+        np.testing.assert_allclose(f(q, k, v, lengths), want, rtol=1e-10, atol=1e-12, err_msg=f"backend {b}")
+        text = f.lower(q, k, v, lengths).as_text("optimized")
+        assert '"nn.attention_lengths_f64", q, k, v' in text, text
+
+
+@pytest.mark.parametrize("form", ["per query", "float bound", "two bounds", "and causal"])
+def test_other_key_masks_are_left_to_the_products(form):
+    """Bounds that vary along the queries, bounds that are not integers, and key masks
+    combined with another are formed in full as written."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, n, 8)) for n in (6, 20, 20))
+    bound = {"per query": np.arange(6)[:, None] + 3, "float bound": np.float64(7.5)}.get(form, np.int64(9))
+
+    def masked(q, k, v, bound):
+        j = rnp.arange(20)
+        keep = {"per query": lambda: j < bound, "float bound": lambda: j < bound,
+                "two bounds": lambda: (j < bound) & (j > 2),
+                "and causal": lambda: (j < bound) & rnp.tri(6, 20, dtype=bool)}[form]()
+        s = rnp.where(keep, q @ rnp.swapaxes(k, -1, -2), -1e9)
+        e = rnp.exp(s - s.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ v
+    j = np.arange(20)
+    keep = {"per query": j < bound, "float bound": j < bound, "two bounds": (j < 9) & (j > 2),
+            "and causal": (j < 9) & np.tri(6, 20, dtype=bool)}[form]
+    want = _masked_reference(q, k, v, 1.0, keep, -1e9)
+    for b in BACKENDS:
+        f = rj.jit(masked, backend=b)
+        np.testing.assert_allclose(f(q, k, v, bound), want, rtol=1e-10, atol=1e-12)
+        assert "nn.attention" not in f.lower(q, k, v, bound).as_text("optimized")

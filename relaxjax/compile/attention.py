@@ -14,8 +14,10 @@ k', v', c)`` on rank-4 views of the operands (the batch dims merged, one head) a
 its result; the bindings it made dead (the product, the softmax) go with dead-code
 elimination.  A value of the pattern that something else reads (the weights returned as
 well) is still computed for it.  A causal mask on the scores (``where(tri, s, -inf)``, an
-additive ``triu`` of ``-inf``, ...; ``attention_masks``) makes it the causal call; other
-masks and biases are left as they are.
+additive ``triu`` of ``-inf``, ...; ``attention_masks``) makes it the causal call, a
+key-length mask (``where(arange(S) <= pos, s, -1e9)``, padding from lengths) the key-lengths
+call (``_call``: a row keeping no key still gets the written softmax's numbers); other masks
+and biases are left as they are.
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ import numpy as np
 
 from ..core import PRIMITIVES
 from ..ir import Binding, Function, Literal, TensorType, Var
-from ..library import LibraryFunc, attention_name
-from ..shapes import prod
-from .attention_masks import causal_keep
+from ..library import LibraryFunc, attention_lengths_name, attention_name
+from ..shapes import is_symbolic, prod
+from .attention_masks import KeyPrefix, is_one, causal_keep, key_prefix
 from .dce import dce_function
 from .passes import Pass, rewrite_functions
 
@@ -73,12 +75,14 @@ def _negative(a) -> bool:
 
 
 def _scaled_scores(defs: dict, s):
-    """``(q, k, scale, causal, bindings making k)`` when ``s`` is ``q @ swapaxes(k, -1, -2)``, times a
-    constant (or divided by one) or not, and causally masked or not -- ``where(mask, s,
-    -inf)``, ``where(~mask, -1e9, s)``, ``s + mask`` with the mask 0 where kept
-    (``attention_masks.causal_keep``) -- scale and mask in either order; else None."""
-    scale, scaled, causal = 1.0, False, False
-    rows, cols = s.type.shape[-2:] if isinstance(s, Var) and s.type.ndim >= 2 else (None, None)
+    """``(q, k, scale, mask, bindings making k)`` when ``s`` is ``q @ swapaxes(k, -1, -2)``,
+    times a constant (or divided by one) or not, and masked or not -- ``where(mask, s,
+    -inf)``, ``where(~mask, -1e9, s)``, ``s + mask`` with the mask 0 where kept -- by a
+    causal mask (``mask`` "causal", ``attention_masks.causal_keep``) or a key-length one
+    (an ``attention_masks.KeyPrefix``), scale and mask in either order; else None."""
+    scale, scaled, mask = 1.0, False, None
+    shape = tuple(s.type.shape) if isinstance(s, Var) else ()
+    rows, cols = shape[-2:] if len(shape) >= 2 else (None, None)
     while True:
         b = _primitive(defs, s, "mul", "div", "select", "add")
         if b is None:
@@ -93,15 +97,19 @@ def _scaled_scores(defs: dict, s):
                 return None
             scale, s, scaled = (c if name == "mul" else 1.0 / c), x, True
             continue
-        if causal:
+        if mask is not None:
             return None
         if name == "select":
             p, x, y = b.args
-            if _negative(y) and isinstance(x, Var) and causal_keep(defs, p, rows, cols, "keep"):
-                s = x
-            elif _negative(x) and isinstance(y, Var) and causal_keep(defs, p, rows, cols, "drop"):
-                s = y
+            if _negative(y) and isinstance(x, Var):
+                s, kind, fill = x, "keep", _scalar(y)
+            elif _negative(x) and isinstance(y, Var):
+                s, kind, fill = y, "drop", _scalar(x)
             else:
+                return None
+            mask = "causal" if causal_keep(defs, p, rows, cols, kind) else \
+                key_prefix(defs, p, shape, kind, fill)
+            if mask is None:
                 return None
         else:
             x, m = b.args
@@ -111,8 +119,8 @@ def _scaled_scores(defs: dict, s):
                 s = m
             else:
                 return None
-        causal = True
-    if causal and scale <= 0:
+            mask = "causal"
+    if mask is not None and scale <= 0:
         return None
     mm = _primitive(defs, s, "matmul")
     if mm is None:
@@ -128,13 +136,13 @@ def _scaled_scores(defs: dict, s):
     src, perm = t.args[0], tuple(t.params["perm"])
     perm = perm[:-2] + (perm[-1], perm[-2])
     if perm == tuple(range(n)):
-        return q, src, scale, causal, []
+        return q, src, scale, mask, []
     k = Var(TensorType(tuple(kt.type.shape[:-2]) + (kt.type.shape[-1], kt.type.shape[-2]), kt.type.dtype))
-    return q, k, scale, causal, [Binding([k], PRIMITIVES["transpose"], [src], {"perm": perm}, mm.source)]
+    return q, k, scale, mask, [Binding([k], PRIMITIVES["transpose"], [src], {"perm": perm}, mm.source)]
 
 
 def _attention(defs: dict, b: Binding):
-    """``(q, k, v, scale, causal, bindings making k)`` when ``b`` computes attention as the
+    """``(q, k, v, scale, mask, bindings making k)`` when ``b`` computes attention as the
     module's docstring shows."""
     if b.kind != "primitive" or b.callee.name != "matmul":
         return None
@@ -155,7 +163,7 @@ def _attention(defs: dict, b: Binding):
     found = _scaled_scores(defs, s)
     if found is None:
         return None
-    q, k, scale, causal, pre = found
+    q, k, scale, mask, pre = found
     dtype = b.outvars[0].type.dtype
     if dtype not in _DTYPES or any(x.type.dtype != dtype for x in (q, k, v)) or q.type.ndim < 2:
         return None
@@ -163,7 +171,7 @@ def _attention(defs: dict, b: Binding):
     if q.type.ndim != k.type.ndim or q.type.ndim != v.type.ndim or \
             tuple(k.type.shape[:-2]) != batch or tuple(v.type.shape[:-2]) != batch:
         return None                    # broadcast batch dims: left to the products
-    return q, k, v, scale, causal, pre
+    return q, k, v, scale, mask, pre
 
 
 _HEADS_FIRST = (0, 2, 1, 3)
@@ -183,25 +191,28 @@ def _heads_first(defs: dict, x, pre: list):
 
 
 def _library_call(defs: dict, rename: dict, b: Binding, q: Var, k: Var, v: Var, scale: float,
-                  causal: bool, pre: list) -> tuple:
+                  mask, pre: list) -> tuple:
     """The bindings computing ``b``'s result through the attention library call, and the
     call's own result where ``b``'s is its (B, N, T, H) transpose (else None).  The call
-    takes q, k, v in its layout (B, T, N, H) where they are transposes of arrays in it;
-    else rank-4 views of them with the batch dims merged, one head (after ``pre``, the
-    bindings making ``k``)."""
+    takes q, k, v in its layout (B, T, N, H) where they are transposes of arrays in it (and
+    a key-length mask is the same for every head); else rank-4 views of them with the batch
+    dims merged, one head (after ``pre``, the bindings making ``k``)."""
     dtype = q.type.dtype
     c = Literal(np.asarray(scale, dtype), TensorType((), dtype))
-    call = LibraryFunc(attention_name(dtype, causal))
+    prefix = mask if isinstance(mask, KeyPrefix) else None
     sources = [_heads_first(defs, x, pre) for x in (q, k, v)] if q.type.ndim == 4 else [None]
     sources = [rename.get(x, x) for x in sources]
-    if all(x is not None for x in sources):
+    if all(x is not None for x in sources) and (prefix is None or is_one(prefix.shape[1])):
+        out: list = []
+        lengths = prefix and _key_lengths(out, prefix, prefix.shape[:1], q.type.shape[:1], k.type.shape[-2], b.source)
         o = Var(TensorType(tuple(q.type.shape[:1]) + (q.type.shape[2], q.type.shape[1], v.type.shape[3]), dtype))
-        return [Binding([o], call, [*sources, c], {}, b.source),
-                Binding(b.outvars, PRIMITIVES["transpose"], [o], {"perm": _HEADS_FIRST}, b.source)], o
+        out += _call(o, sources, c, mask, lengths, b.source)
+        out.append(Binding(b.outvars, PRIMITIVES["transpose"], [o], {"perm": _HEADS_FIRST}, b.source))
+        return out, o
     reshape = PRIMITIVES["reshape"]
     batch = tuple(q.type.shape[:-2])
     nb = prod(batch) if batch else 1
-    out: list = list(pre)
+    out = list(pre)
 
     def view(x: Var, sizes: tuple) -> Var:
         y = Var(TensorType(sizes, x.type.dtype))
@@ -209,10 +220,76 @@ def _library_call(defs: dict, rename: dict, b: Binding, q: Var, k: Var, v: Var, 
         return y
     (t, h), (s, hv) = q.type.shape[-2:], v.type.shape[-2:]
     q4, k4, v4 = view(q, (nb, t, 1, h)), view(k, (nb, s, 1, h)), view(v, (nb, s, 1, hv))
+    lengths = prefix and _key_lengths(out, prefix, prefix.shape[:-2], batch, s, b.source)
     o4 = Var(TensorType((nb, t, 1, hv), dtype))
-    out.append(Binding([o4], call, [q4, k4, v4, c], {}, b.source))
+    out += _call(o4, [q4, k4, v4], c, mask, lengths, b.source)
     out.append(Binding(b.outvars, reshape, [o4], {"new_sizes": tuple(b.outvars[0].type.shape)}, b.source))
     return out, None
+
+
+def _call(o: Var, qkv: list, c: Literal, mask, lengths, source) -> list:
+    """The bindings making ``o`` with the attention call on ``qkv`` (its layout); with key
+    ``lengths``, a batch whose length is 0 gets what the written softmax gives there --
+    every score the fill: uniform weights for a finite fill (the call on zero queries
+    over all keys, computed for those batches alone), NaN for -inf -- not the call's zeros."""
+    dtype = o.type.dtype
+    if lengths is None:
+        return [Binding([o], LibraryFunc(attention_name(dtype, mask == "causal")), [*qkv, c], {}, source)]
+    call = LibraryFunc(attention_lengths_name(dtype))
+    n = lengths.type.shape[0]
+    i32 = np.dtype("int32")
+    made = Var(o.type)
+    some = Var(TensorType((n,), np.dtype(bool)))
+    some4 = Var(TensorType((n, 1, 1, 1), np.dtype(bool)))
+    out = [Binding([made], call, [*qkv, c, lengths], {}, source),
+           Binding([some], PRIMITIVES["gt"], [lengths, Literal(np.asarray(0, i32), TensorType((), i32))], {}, source),
+           Binding([some4], PRIMITIVES["reshape"], [some], {"new_sizes": (n, 1, 1, 1)}, source)]
+    if np.isinf(mask.fill):
+        alt = Literal(np.asarray(np.nan, dtype), TensorType((), dtype))
+    else:
+        q, k, v = qkv
+        zeros, every, rest, alt = Var(q.type), Var(TensorType((), i32)), Var(lengths.type), Var(o.type)
+        out += [Binding([zeros], PRIMITIVES["broadcast_to"], [Literal(np.asarray(0, dtype), TensorType((), dtype))],
+                        {"shape": tuple(q.type.shape)}, source),
+                Binding([every], PRIMITIVES["convert"], [Literal(k.type.shape[1], TensorType((), np.dtype("int64")))],
+                        {"dtype": i32, "weak": False}, source),
+                Binding([rest], PRIMITIVES["select"], [some, Literal(np.asarray(0, i32), TensorType((), i32)), every],
+                        {}, source),
+                Binding([alt], call, [zeros, k, v, c, rest], {}, source)]
+    return out + [Binding([o], PRIMITIVES["select"], [some4, made, alt], {}, source)]
+
+
+def _key_lengths(out: list, prefix: KeyPrefix, layout: tuple, sizes: tuple, keys, source) -> Var:
+    """Bindings (appended to ``out``) making the call's key lengths, ``(prod(sizes),)``
+    int32: the prefix's bound viewed as ``layout`` (its sizes along the batch dims
+    ``sizes``), clipped to [0, keys] (``j <= bound`` keeps ``bound + 1``), broadcast and
+    merged."""
+    i64, i32 = np.dtype("int64"), np.dtype("int32")
+
+    def bind(name: str, args: list, params: dict, shape: tuple, dtype) -> Var:
+        y = Var(TensorType(shape, dtype))
+        out.append(Binding([y], PRIMITIVES[name], args, params, source))
+        return y
+
+    def const(x) -> Literal:
+        return Literal(x if is_symbolic(x) else np.asarray(x, i64), TensorType((), i64))
+    x = prefix.bound
+    if tuple(x.type.shape) != tuple(layout) and x.type.ndim:
+        x = bind("reshape", [x], {"new_sizes": tuple(layout)}, tuple(layout), x.type.dtype)
+    if x.type.dtype != i64:
+        x = bind("convert", [x], {"dtype": i64, "weak": False}, tuple(x.type.shape), i64)
+    shape = tuple(x.type.shape)
+    low, high = (-1, keys - 1) if prefix.inclusive else (0, keys)
+    x = bind("min", [bind("max", [x, const(low)], {}, shape, i64), const(high)], {}, shape, i64)
+    if prefix.inclusive:
+        x = bind("add", [x, const(1)], {}, shape, i64)
+    x = bind("convert", [x], {"dtype": i32, "weak": False}, shape, i32)
+    if shape != tuple(sizes):
+        x = bind("broadcast_to", [x], {"shape": tuple(sizes)}, tuple(sizes), i32)
+    if len(sizes) != 1:
+        n = prod(sizes) if sizes else 1
+        x = bind("reshape", [x], {"new_sizes": (n,)}, (n,), i32)
+    return x
 
 
 def _rewrite(f: Function, programs: dict) -> Function:
@@ -232,10 +309,10 @@ def _rewrite(f: Function, programs: dict) -> Function:
                             Binding(b.outvars, b.callee, args, b.params, b.source))
             continue
         # (the operands as this rewrite left them: a result transposed back is the call's own)
-        q, k, v, scale, causal, pre = found
+        q, k, v, scale, mask, pre = found
         q, k, v = (rename.get(x, x) for x in (q, k, v))
         pre = [Binding(p.outvars, p.callee, [rename.get(a, a) for a in p.args], p.params, p.source) for p in pre]
-        made, own = _library_call(defs, rename, b, q, k, v, scale, causal, pre)
+        made, own = _library_call(defs, rename, b, q, k, v, scale, mask, pre)
         bindings += made
         if own is not None:
             heads_first[b.outvars[0]] = own
