@@ -83,3 +83,52 @@ def test_a_transpose_with_other_readers_is_still_computed():
         got = rj.jit(f, backend=backend)(a, b)
         np.testing.assert_allclose(got[0], a @ b.T)
         np.testing.assert_allclose(got[1], b.T + 1.0)
+
+
+# operands transposed with their batch axes moved too (ProductTransposes): (product, a shape,
+# b shape, the gemm form, the copy left: the perm of the transpose the program still runs)
+PERMUTED = {
+    "einsum bqhd,bkhd->bhqk": (lambda q, k: np.einsum("bqhd,bkhd->bhqk", q, k),
+                               lambda m, k, n: (2, m, 3, k), lambda m, k, n: (2, n, 3, k), "nt"),
+    "heads first, keys swapped": (lambda q, k: np.swapaxes(q, 1, 2) @ np.swapaxes(np.swapaxes(k, 1, 2), -1, -2),
+                                  lambda m, k, n: (2, m, 3, k), lambda m, k, n: (2, n, 3, k), "nt"),
+    "3-d (1, 2, 0)": (lambda a, b: a @ np.transpose(b, (1, 2, 0)),
+                      lambda m, k, n: (4, m, k), lambda m, k, n: (n, 4, k), "nt"),
+    "left (0, 2, 3, 1)": (lambda a, b: np.transpose(a, (0, 2, 3, 1)) @ b,
+                          lambda m, k, n: (2, k, 3, m), lambda m, k, n: (2, 3, k, n), "tn"),
+}
+
+
+@given(m=DIMS, k=DIMS, n=DIMS, form=st.sampled_from(sorted(PERMUTED)),
+       dtype=st.sampled_from(["float64", "float32"]))
+@settings(max_examples=30, deadline=None)
+def test_operands_transposed_with_their_batch_axes_read_rows_and_the_gemm_flag(m, k, n, form, dtype):
+    """A transpose that moves batch axes and swaps the matrix axes (attention's keys stored
+    (b, S, heads, hd): ``einsum("bqhd,bkhd->bhqk")``) becomes a copy that moves whole rows and
+    the gemm's transpose flag, not a copy whose innermost axis is strided: NumPy's numbers
+    on every backend, the flag in the optimized program."""
+    f, ash, bsh, flag = PERMUTED[form]
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a = rng.uniform(-1, 1, ash(m, k, n)).astype(dtype)
+    b = rng.uniform(-1, 1, bsh(m, k, n)).astype(dtype)
+    want = f(a.astype(np.float64), b.astype(np.float64))
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * max(k, 1))
+    traced = {"einsum bqhd,bkhd->bhqk": lambda q, k: rj.numpy.einsum("bqhd,bkhd->bhqk", q, k)}.get(form)
+    for backend in BACKENDS:
+        got = rj.jit(traced or f, backend=backend)(a, b)
+        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
+    text = rj.jit(traced or f).lower(a, b).as_text("optimized")
+    assert f'gemm_{flag}"' in text, text
+
+
+def test_a_permuted_transpose_returned_too_is_not_split():
+    def f(a, b):
+        bt = np.transpose(b, (1, 2, 0))
+        return a @ bt, bt
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 3, 5)), rng.standard_normal((6, 4, 5))
+    for backend in BACKENDS:
+        got = rj.jit(f, backend=backend)(a, b)
+        np.testing.assert_allclose(got[0], f(a, b)[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(got[1], f(a, b)[1])
+    assert "gemm_nt" not in rj.jit(f).lower(a, b).as_text("optimized")

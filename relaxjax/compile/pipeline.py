@@ -8,6 +8,7 @@ from .legalize import legalize
 from .matvec_pairs import matvec_pairs
 from .passes import Pass
 from .pointwise_loops import pointwise_loops
+from .product_transposes import product_transposes
 from .simplify import canonicalize
 from .split_complex import split_complex
 
@@ -16,11 +17,12 @@ def default_pipeline(lower: bool = True, pointwise_loops_in_cache: bool = False)
     """Split complex values into real parts, canonicalize (fold constants, exact algebraic
     identities, CSE, shape simplification, DCE), replace attention written out by the
     attention library call (``AttentionCalls``), fuse, then (for backends that run
-    loop-level programs) pair matrix-vector products of one matrix and lower to call_tir /
-    call_library.  ``pointwise_loops_in_cache`` (the LLVM backend asks for it): a
-    ``fori_loop`` updating each point from itself runs tile by tile (``PointwiseLoops``)."""
+    loop-level programs) pair matrix-vector products of one matrix, split transposes that
+    only products read (``ProductTransposes``) and lower to call_tir / call_library.
+    ``pointwise_loops_in_cache`` (the LLVM backend asks for it): a ``fori_loop`` updating
+    each point from itself runs tile by tile (``PointwiseLoops``)."""
     if not lower:
         return [split_complex, canonicalize, attention_calls, growing_caches, fuse_ops]
     tiles = [pointwise_loops] if pointwise_loops_in_cache else []
-    return [split_complex, canonicalize, attention_calls, growing_caches, matvec_pairs, *tiles, fuse_ops,
-            legalize]
+    return [split_complex, canonicalize, attention_calls, growing_caches, matvec_pairs, product_transposes, *tiles,
+            fuse_ops, legalize]
