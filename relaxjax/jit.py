@@ -346,7 +346,9 @@ class Jitted:
         # (fast key, shapes), least recently used first: a dict lookup rather than a scan of
         # every entry's binder, and bounded (MAX_EXACT_ENTRIES)
         self._exact: OrderedDict = OrderedDict()
-        self._fast_arity = None
+        # argument counts the fast path takes: every parameter, or all but trailing ones with
+        # defaults (those stay Python values, keyed by how many were passed, as in the full path)
+        self._fast_arities: frozenset = frozenset()
         self._fast_scalars = shapes is None     # explicit: a Python scalar takes its struct's dtype
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
@@ -355,7 +357,8 @@ class Jitted:
             # structure, dtypes and ranks, is one a full call checked against the structs)
             if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
                     specs is None or len(specs) == len(ps)):
-                self._fast_arity = len(ps)
+                required = sum(p.default is p.empty for p in ps)
+                self._fast_arities = frozenset(range(required, len(ps) + 1))
 
     def __reduce__(self):
         """Pickled as the function and its jit options (the compiled entries stay behind):
@@ -446,7 +449,7 @@ class Jitted:
             out = _CALL_HOOK[0](self, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if not kwargs and len(args) == self._fast_arity:
+        if not kwargs and len(args) in self._fast_arities:
             key, arrays = _fast_key(args, self._fast_scalars)
             if key is not None:
                 shapes = tuple([a.shape for a in arrays])

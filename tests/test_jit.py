@@ -375,6 +375,27 @@ def test_python_scalars_on_the_fast_path_keep_their_weak_types():
     assert g.cache_info().compiles == 2 and g.cache_info().hits == 2
 
 
+def test_calls_leaving_out_defaulted_arguments_take_the_fast_path():
+    """A function with trailing defaulted parameters called without them (``bias=None``)
+    takes the fast path after its first call, keyed apart from calls passing them: each
+    form gives NumPy's numbers and goes through the full path once."""
+    def f(x, scale, bias=None, power=2):
+        y = x * scale
+        return (y if bias is None else y + bias) ** power
+    j = rj.jit(f)
+    slow = []
+    full_path = j._call_slow
+    j._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    x, b = np.arange(1.0, 5.0), np.full(4, 0.5)
+    for _ in range(3):
+        np.testing.assert_allclose(j(x, 2.0), f(x, 2.0))
+        np.testing.assert_allclose(j(x, 2.0, b), f(x, 2.0, b))
+        np.testing.assert_allclose(j(x, 2.0, b, 3), f(x, 2.0, b, 3))
+    assert len(slow) == 3 and j.cache_info().compiles == 3
+    with pytest.raises(TypeError, match="missing"):
+        j(x)
+
+
 def test_explicit_pytree_signatures_and_numpy_scalars_on_the_fast_path():
     """A signature of structs in a dict and a NumPy scalar argument (a decode step's
     position) take the fast path after the first call, and still reject what breaks the
