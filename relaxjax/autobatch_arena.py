@@ -269,7 +269,8 @@ def _new_cell(kind: _Kind, in_axes: tuple, scatter: bool, nodes: list) -> Batche
     args, _ = _operands(trial, nodes, nodes[0].args, dict.fromkeys(_COUNTS, 0))    # (not counted)
     backend = get_backend(kind.cell.backend)      # the pipeline jit runs for this backend
     pipeline = default_pipeline(lower=getattr(backend, "runs_loops", True),
-                                pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False))
+                                pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False),
+                                strided_products=getattr(backend, "strided_products", False))
     program = run_pipeline(trial.jitted.lower(*args).module, pipeline, dump_input=False)
     copied = _copied(program.main, trial.modes)
     if not copied:

@@ -561,7 +561,8 @@ class Jitted:
             if pipeline is None:
                 pipeline = default_pipeline(
                     lower=getattr(backend, "runs_loops", True),
-                    pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False))
+                    pointwise_loops_in_cache=getattr(backend, "pointwise_loops_in_cache", False),
+                    strided_products=getattr(backend, "strided_products", False))
                 lowered, exe = build_cached(module, pipeline, backend_name, backend)
             else:
                 if split_complex not in pipeline and has_complex(module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import relaxjax as rj
 
@@ -132,3 +132,50 @@ def test_a_permuted_transpose_returned_too_is_not_split():
         np.testing.assert_allclose(got[0], f(a, b)[0], rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(got[1], f(a, b)[1])
     assert "gemm_nt" not in rj.jit(f).lower(a, b).as_text("optimized")
+
+
+# operands the LLVM backend reads in place through a view (``blas_calls.rows_view``): their
+# transpose keeps the last axis last; (product, a shape, b shape) with heads h = 3
+_sw = np.swapaxes
+VIEWS = {
+    "scores, heads first": (lambda q, k: _sw(q, 1, 2) @ _sw(_sw(k, 1, 2), -1, -2),
+                            lambda m, k, n: (2, m, 3, k), lambda m, k, n: (2, n, 3, k)),
+    "values, heads first": (lambda p, v: p @ _sw(v, 1, 2),
+                            lambda m, k, n: (2, 3, m, k), lambda m, k, n: (2, k, 3, n)),
+    "left, batch moved": (lambda a, b: _sw(a, 0, 1) @ b, lambda m, k, n: (m, 4, k), lambda m, k, n: (4, k, n)),
+    "left, one matrix right": (lambda a, w: _sw(a, 0, 1) @ w, lambda m, k, n: (m, 4, k), lambda m, k, n: (k, n)),
+    "right broadcast": (lambda a, b: a @ _sw(b, 0, 1), lambda m, k, n: (1, m, k), lambda m, k, n: (k, 3, n)),
+    "epilogue": (lambda a, b: np.tanh(_sw(a, 0, 1) @ b) * 0.5 + 1.0,
+                 lambda m, k, n: (m, 4, k), lambda m, k, n: (4, k, n)),
+    "left, batch moved and swapped": (lambda a, b: _sw(_sw(a, 0, 1), -1, -2) @ b,
+                                      lambda m, k, n: (k, 4, m), lambda m, k, n: (4, k, n)),
+}
+
+
+@given(m=DIMS, k=DIMS, n=DIMS, form=st.sampled_from(sorted(VIEWS)),
+       dtype=st.sampled_from(["float64", "float32"]))
+@settings(max_examples=40, deadline=None)
+# one column, one row: a matrix-vector product whose vector is a view's strided column
+@example(m=5, k=7, n=1, form="values, heads first", dtype="float64")
+@example(m=1, k=7, n=5, form="left, batch moved and swapped", dtype="float64")
+@example(m=1, k=7, n=1, form="scores, heads first", dtype="float32")
+def test_products_read_transposed_operands_in_place(m, k, n, form, dtype):
+    """Operands transposed with their last axis kept last (heads moved before the sequence,
+    batch axes moved) are read where they are stored -- each product's pointer and its rows'
+    stride given to BLAS, the matrix-vector cases included -- on the LLVM backend, which
+    says so in the optimized program (``views=``); NumPy's numbers on every backend."""
+    f, ash, bsh = VIEWS[form]
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a = rng.uniform(-1, 1, ash(m, k, n)).astype(dtype)
+    b = rng.uniform(-1, 1, bsh(m, k, n)).astype(dtype)
+    keep = a.copy(), b.copy()
+    want = f(a.astype(np.float64), b.astype(np.float64))
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * max(k, 1))
+    for backend in BACKENDS:
+        got = rj.jit(f, backend=backend)(a, b)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
+    np.testing.assert_array_equal(a, keep[0])
+    np.testing.assert_array_equal(b, keep[1])
+    text = rj.jit(f, backend="llvm").lower(a, b).as_text("optimized")
+    assert "views=" in text and "transpose" not in text.split("call_library")[0], text

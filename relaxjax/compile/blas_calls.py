@@ -14,8 +14,12 @@ epilogue a matmul group fuses, or, for a product on its own, a program that mirr
 Any other operand that is a transpose of its last two axes (``q @ k.T`` in attention, the
 ``ct @ W.T`` and ``x.T @ ct`` of a gradient) is read through gemm's transpose flag
 (:func:`gemm_call`: ``blas.?gemm_nt``, ``_tn``, ``_tt`` take the untransposed arrays), as
-NumPy's matmul of a transposed view does, instead of a program copying it first.  In both
-cases the transpose, now unused, goes with dead-code elimination.
+NumPy's matmul of a transposed view does, instead of a program copying it first.  On a
+backend that reads strided operands (the LLVM backend: CBLAS's leading dimensions and
+per-product pointers), an operand that moves batch axes or rows but keeps its last axis
+last (``swapaxes(k, 1, 2)`` of keys stored ``(b, S, heads, hd)``) is read in place too
+(:func:`rows_view`).  In every case the transpose, now unused, goes with dead-code
+elimination.
 """
 from __future__ import annotations
 
@@ -69,17 +73,40 @@ def gram_operand(mm: Binding, args: list, defs: dict) -> tuple[Var, str] | None:
     return None
 
 
-def gemm_call(mm: Binding, args: list, defs: dict, gemm: str) -> tuple[str, list]:
-    """The gemm library function and operands of the real matmul ``mm`` (called with
-    ``args``; ``defs`` maps the enclosing function's values to their bindings) that is not
-    a Gram product: ``gemm`` itself, or its ``_nt``/``_tn``/``_tt`` form on the arrays an
-    operand transposes (last two axes swapped)."""
+def rows_view(defs: dict, v) -> tuple | None:
+    """``(x, perm)`` when ``v`` is ``transpose(x, perm)`` keeping ``x``'s last axis last and
+    moving others (batch axes, rows): a view BLAS reads in place, each matrix's rows
+    ``stride(perm[-2])`` elements apart in ``x``."""
+    t = defs.get(v)
+    if t is None or t.kind != "primitive" or t.callee.name != "transpose" or not isinstance(t.args[0], Var):
+        return None
+    perm = tuple(t.params["perm"])
+    n = len(perm)
+    if n < 2 or perm[-1] != n - 1 or perm == tuple(range(n)):
+        return None
+    return t.args[0], perm
+
+
+def gemm_call(mm: Binding, args: list, defs: dict, gemm: str, views: bool = False) -> tuple[str, list, dict]:
+    """The gemm library function, operands and parameters of the real matmul ``mm``
+    (called with ``args``; ``defs`` maps the enclosing function's values to their
+    bindings) that is not a Gram product: ``gemm`` itself, or its ``_nt``/``_tn``/``_tt``
+    form on the arrays an operand transposes (last two axes swapped).  With ``views`` (a
+    backend that reads them), an operand that is, or swaps the last two axes of, a
+    ``rows_view`` is passed as that view's source with ``views=(perm of A, perm of B)``
+    (None for an operand passed as it is): no program copies it."""
     dtype = mm.outvars[0].type.dtype
-    ta, tb = (_transpose_of(defs, v) if isinstance(v, Var) else None for v in args)
-    if ta is None and tb is None:
-        return gemm, list(args)
-    form = ("t" if ta is not None else "n") + ("t" if tb is not None else "n")
-    return GEMM_T[dtype, form], [ta if ta is not None else args[0], tb if tb is not None else args[1]]
+    flags, operands, perms = [], [], []
+    for v in args:
+        swapped = _transpose_of(defs, v) if isinstance(v, Var) else None
+        flags.append("t" if swapped is not None else "n")
+        v = swapped if swapped is not None else v
+        view = rows_view(defs, v) if views and isinstance(v, Var) else None
+        operands.append(view[0] if view else v)
+        perms.append(view[1] if view else None)
+    form = "".join(flags)
+    params = {"views": tuple(perms)} if any(p is not None for p in perms) else {}
+    return (gemm if form == "nn" else GEMM_T[dtype, form]), operands, params
 
 
 def read_lower_triangle(f: PrimFunc, buf: Buffer) -> None:

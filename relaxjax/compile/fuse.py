@@ -256,14 +256,30 @@ class _Fuser:
         value through gemm's transpose flag (``blas_calls.gemm_call``) and the transpose
         goes with dead-code elimination.  Fused into its producer's program it became a
         second, transposed output that the program wrote element by element (a gradient's
-        ``h.T @ ct``: 4x slower than the step it belonged to)."""
-        if not swaps_last_two_axes(b):
+        ``h.T @ ct``: 4x slower than the step it belonged to).  So does a transpose keeping
+        the last axis last that only products read, directly or through such a swap (a
+        view of rows, which a backend reading strided operands passes in place)."""
+        if b.kind != "primitive" or b.callee.name != "transpose":
+            return False
+        perm = tuple(b.params["perm"])
+        if swaps_last_two_axes(b):
+            readers = ("matmul",)
+        elif len(perm) >= 2 and perm[-1] == len(perm) - 1:
+            # a view of rows (``blas_calls.rows_view``): products read it in place where the
+            # backend reads strided operands, else Legalize copies it on its own
+            readers = ("matmul", "transpose")
+        else:
             return False
         users = self.uses.get(b.outvars[0], [])
-        return bool(users) and all(
-            u < len(self.fn.bindings) and self.fn.bindings[u].kind == "primitive" and
-            self.fn.bindings[u].callee.name == "matmul" and
-            self.fn.bindings[u].outvars[0].type.dtype in BLAS for u in users)
+        return bool(users) and all(u < len(self.fn.bindings) and self._product_reads(self.fn.bindings[u], readers)
+                                   for u in users)
+
+    def _product_reads(self, u: Binding, readers: tuple) -> bool:
+        if u.kind != "primitive" or u.callee.name not in readers:
+            return False
+        if u.callee.name == "transpose":     # the last two axes swapped, for products alone
+            return self.read_by_gemm_flags(u) and swaps_last_two_axes(u)
+        return u.outvars[0].type.dtype in BLAS
 
     def run(self) -> list[_Group]:
         for index, b in enumerate(self.fn.bindings):

@@ -392,7 +392,7 @@ def call_site_values(b: Binding) -> dict:
     return value_of
 
 
-def lower_fused_call(b: Binding, name: str, defs: dict | None = None) -> list:
+def lower_fused_call(b: Binding, name: str, defs: dict | None = None, views: bool = False) -> list:
     """A call of a fused sub-function as call_tir (after call_library for a matmul group;
     ``defs``, the enclosing function's producers, finds Gram products: ``gram``)."""
     sub: Function = b.callee
@@ -420,8 +420,8 @@ def lower_fused_call(b: Binding, name: str, defs: dict | None = None) -> list:
                                      mm.source))
             value_of[mm.outvars[0]] = tri
         else:
-            name, args = gemm_call(mm, args, defs or {}, BLAS[dtype])
-            calls.append(Binding([mm_out], LibraryFunc(name), args, {}, mm.source))
+            name, args, params = gemm_call(mm, args, defs or {}, BLAS[dtype], views)
+            calls.append(Binding([mm_out], LibraryFunc(name), args, params, mm.source))
     calls.append(Binding([value_of[v] for v in outputs], f, [value_of.get(v, v) for v in inputs],
                          {}, b.source))
     return calls

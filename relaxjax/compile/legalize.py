@@ -6,6 +6,8 @@ program through FuseTIR, or op by op when it does not fit one.  Host operations
 """
 from __future__ import annotations
 
+import functools
+
 from ..core import PRIMITIVES
 from ..ir import Binding, Function, IRModule, Literal, TensorType, Var, regions
 from ..library import LibraryFunc
@@ -106,9 +108,11 @@ def _matmul_loops(buffers, ob, in_types, out_type, taken) -> "tir.Stmt":
     return tir.loop_nest(extents, body, default_loop_kinds(len(shape)), taken)
 
 
-def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None) -> list:
+def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None, views: bool = False) -> list:
     """The binding as a call_tir or call_library (a Gram product as syrk and a program
-    that mirrors its triangle: ``gram``), or unchanged for host operations."""
+    that mirrors its triangle: ``gram``; ``views``: a product's transposed operands read in
+    place where they keep their last axis, ``blas_calls.gemm_call``), or unchanged for host
+    operations."""
     if b.kind != "primitive":
         return [b]
     how = lowering_kind(b.callee.name, b.callee.kind)
@@ -118,8 +122,8 @@ def lower_binding(b: Binding, name_id: int = 0, defs: dict | None = None) -> lis
         dtype = b.outvars[0].type.dtype
         gram = gram_operand(b, list(b.args), defs or {})
         if gram is None:
-            name, args = gemm_call(b, list(b.args), defs or {}, BLAS[dtype])
-            return [Binding(b.outvars, LibraryFunc(name), args, {}, b.source)]
+            name, args, params = gemm_call(b, list(b.args), defs or {}, BLAS[dtype], views)
+            return [Binding(b.outvars, LibraryFunc(name), args, params, b.source)]
         tri = Var(b.outvars[0].type)
         return [Binding([tri], LibraryFunc(SYRK[dtype, gram[1]]), [gram[0]], {}, b.source),
                 Binding(b.outvars, mirror_program(tri.type, f"mirror_{name_id}"), [tri], {}, b.source)]
@@ -176,13 +180,13 @@ def _inline(b: Binding) -> list:
             for x in b.callee.bindings]
 
 
-def _lower_call(b: Binding, name_id: int, defs: dict) -> list:
+def _lower_call(b: Binding, name_id: int, defs: dict, views: bool) -> list:
     if b.kind == "function" and b.callee.attrs.get("primitive"):
         try:
-            return lower_fused_call(b, b.callee.name, defs)
+            return lower_fused_call(b, b.callee.name, defs, views)
         except FusionError:               # not expressible as one program: lower op by op
-            return [nb for x in _inline(b) for nb in lower_binding(x, name_id, defs)]
-    return lower_binding(b, name_id, defs)
+            return [nb for x in _inline(b) for nb in lower_binding(x, name_id, defs, views)]
+    return lower_binding(b, name_id, defs, views)
 
 
 def _producers(f: Function) -> dict:
@@ -190,7 +194,7 @@ def _producers(f: Function) -> dict:
     return {v: b for b in f.bindings if b.kind == "primitive" for v in b.outvars}
 
 
-def _legalize(module: IRModule) -> IRModule:
+def _legalize(module: IRModule, views: bool = False) -> IRModule:
     fns = dict(module.functions)
     lowered_subs = set()
     created = set()
@@ -203,7 +207,7 @@ def _legalize(module: IRModule) -> IRModule:
         for b in f.bindings:
             if b.kind == "function" and b.callee.attrs.get("primitive"):
                 lowered_subs.add(b.callee.name)
-            for nb in _lower_call(b, len(seen), defs):
+            for nb in _lower_call(b, len(seen), defs, views):
                 if nb.kind == "tir":           # one program per distinct computation
                     bound_masked_loops(nb.callee)
                     key = nb.callee.signature_text()
@@ -227,6 +231,8 @@ def _legalize(module: IRModule) -> IRModule:
 
 
 legalize = Pass("Legalize", _legalize)
+# for a backend whose products read strided operands in place (``blas_calls.rows_view``)
+legalize_views = Pass("Legalize", functools.partial(_legalize, views=True))
 
 
 def unlowered(fn: Function) -> list[str]:

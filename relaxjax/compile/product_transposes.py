@@ -8,9 +8,10 @@ second, written ``heads * hd`` elements apart (4 KiB for 6 heads of 64 floats: e
 a new page).  Gemm reads a matrix whose last two axes are swapped through its transpose flag
 (``blas_calls.gemm_call``; ``FuseOps`` keeps such a swap out of its producer's program), so
 ``ProductTransposes`` writes the transpose as ``perm'`` -- ``perm`` with its last two entries
-swapped -- followed by that swap, wherever ``perm'`` keeps ``k``'s last axis last: the copy
-that remains, ``(0, 2, 1, 3)`` here, moves rows of ``hd`` contiguous elements, and none is
-needed where ``perm'`` is the identity (already the swap).  Only transposes every reader of
+swapped -- followed by that swap, wherever ``perm'`` keeps ``k``'s last axis last: what
+remains, ``(0, 2, 1, 3)`` here, is a view of rows of ``hd`` contiguous elements, which the
+LLVM backend's products read in place (``blas_calls.rows_view``) and other backends copy
+row by row; nothing remains where ``perm'`` is the identity (already the swap).  Only transposes every reader of
 which is a float matrix product are split; Canonicalize would merge the two again, so the
 pass runs after it, before ``FuseOps``.
 """

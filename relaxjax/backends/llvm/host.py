@@ -72,6 +72,17 @@ def _batch_strides(out_shape, a_shape, b_shape) -> tuple | None:
     return tuple(strides)
 
 
+def _viewed_strides(shape: tuple, perm) -> list:
+    """The element strides (TIR expressions) along each axis of an array of ``shape``
+    stored row-major, or, with ``perm``, of its transpose by ``perm`` (a view of it)."""
+    strides, step = [], Const(1, INDEX)
+    for d in reversed(shape):
+        strides.append(step)
+        step = step * from_sympy(d)
+    strides.reverse()
+    return [strides[p] for p in perm] if perm else strides
+
+
 @dataclass
 class Segment:
     name: str
@@ -363,14 +374,22 @@ class SegmentEmitter(KernelEmitter):
             scalars = (f"ptr {one}", f"ptr {zero}")
         else:
             scalars = (f"{ty} 1.0", f"{ty} 0.0")
+        # an operand passed as the source of a view (``views``: its transpose, the last axis
+        # kept last; ``blas_calls.rows_view``) is read in place: its matrices' rows are
+        # ``strides[-2]`` elements apart, consecutive products ``strides[k]`` apart along
+        # each batch axis k; other operands and the output are row-major arrays
+        views = b.params.get("views", (None, None)) + (None,)
+        strides = [_viewed_strides(sh, perm) for sh, perm in zip((ash, bsh, osh), views)]
+        ash, bsh, osh = (tuple(sh[p] for p in perm) if perm else sh for sh, perm in zip((ash, bsh, osh), views))
         M, K, N = (self._expr(from_sympy(d)) for d in (osh[-2], ash[-2] if ta else ash[-1], osh[-1]))
         nb = len(osh) - 2
         pa, pb, pc = (fn.val("ptr", f"inttoptr i64 {self._slot(v)} to ptr") for v in (a, bm, out))
-        # leading dimensions: the stored rows' lengths (at least 1, as CBLAS requires)
-        lda, ldb, ldc = (fn.val("i64", f"call i64 @llvm.smax.i64(i64 {self._expr(from_sympy(d))}, i64 1)")
-                         for d in (ash[-1], bsh[-1], osh[-1]))
+        # leading dimensions: the stored rows' strides (at least 1, as CBLAS requires)
+        lda, ldb, ldc = (fn.val("i64", f"call i64 @llvm.smax.i64(i64 {self._expr(st[-2])}, i64 1)")
+                         for st in strides)
         self.helpers_used.add("declare i64 @llvm.smax.i64(i64, i64)")
-        if nb and len(bsh) == 2 and not ta and tuple(ash[:-2]) == tuple(osh[:-2]):
+        viewed = any(views)
+        if nb and len(bsh) == 2 and not ta and tuple(ash[:-2]) == tuple(osh[:-2]) and not viewed:
             # (..., M, K) @ (K, N): the batch is more rows of one gemm (row-major, contiguous)
             rows = from_sympy(osh[-2])
             for d in osh[:nb]:
@@ -378,16 +397,17 @@ class SegmentEmitter(KernelEmitter):
             M, nb = self._expr(rows), 0
 
         def call(pa, pb, pc, epilogue=None):
-            self._gemm_call(sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc, epilogue)
+            self._gemm_call(sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc, epilogue,
+                            generated=not viewed)
         if nb == 0:
             call(pa, pb, pc, epilogue)
             return
         total = Const(1, INDEX)
         for d in osh[:nb]:
             total = total * from_sympy(d)
-        strides = _batch_strides(osh, ash, bsh)
+        uniform = None if viewed else _batch_strides(osh, ash, bsh)
         skip = None
-        if letter in "sd" and strides is not None and self.generated_products and \
+        if letter in "sd" and uniform is not None and self.generated_products and \
                 gemm_rule.may_use_generated(letter, target.vector_bits(), *(
                     int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)), batched=True):
             # one call of the generated product over the whole batch, where the rule says
@@ -397,7 +417,7 @@ class SegmentEmitter(KernelEmitter):
             gen, loop, skip = fn.label("bgen"), fn.label("bloop"), fn.label("bdone")
             fn.emit(f"br i1 {use}, label %{gen}, label %{loop}")
             fn.start_block(gen)
-            sa, sb, sc = (self._expr(x) for x in strides)
+            sa, sb, sc = (self._expr(x) for x in uniform)
             g = self._generated_product(letter, ta, tb, loop)
             fn.emit(f"call void {g}(i64 {count}, i64 {sa}, i64 {sb}, i64 {sc}, i64 {M}, i64 {N}, i64 {K}, "
                     f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {ldb}, ptr {pc}, i64 {ldc}, ptr null, ptr null)")
@@ -411,14 +431,12 @@ class SegmentEmitter(KernelEmitter):
             rest = rest // from_sympy(d)
         bidx.reverse()
 
-        def offset(shape):
+        def offset(shape, st):
             lead = nb - (len(shape) - 2)
-            off, stride = Const(0, INDEX), from_sympy(shape[-1]) * from_sympy(shape[-2])
-            for k in range(len(shape) - 3, -1, -1):
-                d = shape[k]
-                if not (isinstance(d, int) and d == 1):
-                    off = off + bidx[lead + k] * stride
-                stride = stride * from_sympy(d)
+            off = Const(0, INDEX)
+            for k in range(len(shape) - 2):
+                if not (isinstance(shape[k], int) and shape[k] == 1):
+                    off = off + bidx[lead + k] * st[k]
             return off
         # the loop is emitted by hand around the call (a call is not a TIR statement)
         pre = fn.block
@@ -436,8 +454,8 @@ class SegmentEmitter(KernelEmitter):
         fn.start_block(body)
         self.env[BATCH_COUNTER] = i
         ptrs = []
-        for p, shape in ((pa, ash), (pb, bsh), (pc, osh)):
-            off = self._expr(offset(shape))
+        for p, shape, st in zip((pa, pb, pc), (ash, bsh, osh), strides):
+            off = self._expr(offset(shape, st))
             ptrs.append(fn.val("ptr", f"getelementptr inbounds {ty}, ptr {p}, i64 {off}"))
         call(*ptrs)
         fn.emit(f"br label %{latch}")
@@ -474,12 +492,13 @@ class SegmentEmitter(KernelEmitter):
         return fn.val("ptr", f"phi ptr [ {first}, %{here} ], [ {loaded}, %{load} ]")
 
     def _gemm_call(self, sym, scalars, letter, ta, tb, M, N, K, pa, lda, pb, ldb, pc, ldc,
-                   epilogue=None) -> None:
+                   epilogue=None, generated: bool = True) -> None:
         """C = op(A) @ op(B) (op: transposed where ``ta``/``tb``, A and B stored transposed);
         a real product of the shapes where it is faster (``gemm_rule.use_generated``) runs the
         generated product; a product with one column (N == 1) or one row (M == 1) is a
         gemv, which OpenBLAS runs several times faster than a gemm of that shape.
-        ``scalars``: alpha = 1 and beta = 0 as the call's operands."""
+        ``scalars``: alpha = 1 and beta = 0 as the call's operands; ``generated``: False
+        for operands read through views (BLAS alone)."""
         # CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112
         fn = self.fn
         alpha, beta = scalars
@@ -491,7 +510,8 @@ class SegmentEmitter(KernelEmitter):
         bits = target.vector_bits()
         known = [int(x) if x.lstrip("-").isdigit() else None for x in (M, N, K)]
         nt = tb and not ta
-        if letter in "sd" and self.generated_products and gemm_rule.may_use_generated(letter, bits, *known, nt=nt):
+        if letter in "sd" and generated and self.generated_products and \
+                gemm_rule.may_use_generated(letter, bits, *known, nt=nt):
             gen, lib = fn.label("gen"), fn.label("blas")
             use = gemm_rule.use_generated(lambda instr: fn.val("i1", instr), letter, bits, M, N, K, nt=nt)
             fn.emit(f"br i1 {use}, label %{gen}, label %{lib}")
@@ -519,17 +539,18 @@ class SegmentEmitter(KernelEmitter):
         g = fn.val("ptr", f"load ptr, ptr {gemv}")
         cv, rv = fn.label("gemvcol"), fn.label("gemvrow")
         fn.emit(f"br i1 {col}, label %{cv}, label %{rv}")
-        # a vector operand (one column of B, one row of A) is contiguous whichever way it
-        # is stored; the matrix is read as stored: (M, K), or (K, M) transposed
+        # a vector operand (one column of B, one row of A) is its stored rows' first
+        # elements (ld apart: 1 for an array, more for a view) or one stored row; the matrix
+        # is read as stored: (M, K), or (K, M) transposed
         fn.start_block(cv)                 # c[M] = op(A)[M, K] @ b[K]
         rows, cols = (K, M) if ta else (M, K)
         fn.emit(f"call void {g}(i32 101, i32 {112 if ta else 111}, i64 {rows}, i64 {cols}, {alpha}, "
-                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 1, {beta}, ptr {pc}, i64 1)")
+                f"ptr {pa}, i64 {lda}, ptr {pb}, i64 {1 if tb else ldb}, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
         fn.start_block(rv)                 # c[N] = a[K] @ op(B)[K, N] = op(B)^T a
         rows, cols = (N, K) if tb else (K, N)
         fn.emit(f"call void {g}(i32 101, i32 {111 if tb else 112}, i64 {rows}, i64 {cols}, {alpha}, "
-                f"ptr {pb}, i64 {ldb}, ptr {pa}, i64 1, {beta}, ptr {pc}, i64 1)")
+                f"ptr {pb}, i64 {ldb}, ptr {pa}, i64 {lda if ta else 1}, {beta}, ptr {pc}, i64 1)")
         fn.emit(f"br label %{no}")
         fn.start_block(mm)
         f = fn.val("ptr", f"load ptr, ptr {sym}")

@@ -38,6 +38,9 @@ class LLVMExecutable(Executable):
     backend = "llvm"
     # jit's pipeline runs a pointwise fori_loop as one program stepping cache-sized tiles
     pointwise_loops_in_cache = True
+    # and a product reads an operand transposed with its last axis kept in place (its
+    # segments pass CBLAS the rows' stride and each product's pointer: ``host._gemm``)
+    strided_products = True
 
     def __init__(self, module: IRModule, region: bool = False):
         # a region (a loop body, a branch) runs its segments many times per call: they are
