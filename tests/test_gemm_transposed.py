@@ -37,7 +37,13 @@ def _text(f, *args) -> str:
        dtype=st.sampled_from(["float64", "float32"]))
 @settings(max_examples=60, deadline=None)
 def test_transposed_products_agree_with_numpy(m, k, n, form, dtype):
-    f, ash, bsh = FORMS[form]
+    _agrees_with_numpy(*FORMS[form], m, k, n, dtype)
+
+
+def _agrees_with_numpy(f, ash, bsh, m, k, n, dtype, traced=None):
+    """``traced or f`` jitted on operands of shapes ``ash(m, k, n)``, ``bsh(m, k, n)`` gives
+    NumPy's float64 result of ``f`` on every backend and leaves its operands as they were;
+    returns the operands."""
     rng = np.random.default_rng(m * 10007 + k * 101 + n)
     a = rng.uniform(-1, 1, ash(m, k, n)).astype(dtype)
     b = rng.uniform(-1, 1, bsh(m, k, n)).astype(dtype)
@@ -46,11 +52,12 @@ def test_transposed_products_agree_with_numpy(m, k, n, form, dtype):
     # float32: the dot-product error bound, k * eps * sum |a||b| (|a|, |b| <= 1)
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * max(k, 1))
     for backend in BACKENDS:
-        got = rj.jit(f, backend=backend)(a, b)
+        got = rj.jit(traced or f, backend=backend)(a, b)
         assert got.dtype == np.dtype(dtype) and got.shape == want.shape, (got.shape, want.shape)
         np.testing.assert_allclose(got.astype(np.float64), want, **tol)
     np.testing.assert_array_equal(a, keep[0])
     np.testing.assert_array_equal(b, keep[1])
+    return a, b
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -108,15 +115,8 @@ def test_operands_transposed_with_their_batch_axes_read_rows_and_the_gemm_flag(m
     the gemm's transpose flag, not a copy whose innermost axis is strided: NumPy's numbers
     on every backend, the flag in the optimized program."""
     f, ash, bsh, flag = PERMUTED[form]
-    rng = np.random.default_rng(m * 10007 + k * 101 + n)
-    a = rng.uniform(-1, 1, ash(m, k, n)).astype(dtype)
-    b = rng.uniform(-1, 1, bsh(m, k, n)).astype(dtype)
-    want = f(a.astype(np.float64), b.astype(np.float64))
-    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * max(k, 1))
     traced = {"einsum bqhd,bkhd->bhqk": lambda q, k: rj.numpy.einsum("bqhd,bkhd->bhqk", q, k)}.get(form)
-    for backend in BACKENDS:
-        got = rj.jit(traced or f, backend=backend)(a, b)
-        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
+    a, b = _agrees_with_numpy(f, ash, bsh, m, k, n, dtype, traced)
     text = rj.jit(traced or f).lower(a, b).as_text("optimized")
     assert f'gemm_{flag}"' in text, text
 
@@ -165,17 +165,6 @@ def test_products_read_transposed_operands_in_place(m, k, n, form, dtype):
     stride given to BLAS, the matrix-vector cases included -- on the LLVM backend, which
     says so in the optimized program (``views=``); NumPy's numbers on every backend."""
     f, ash, bsh = VIEWS[form]
-    rng = np.random.default_rng(m * 10007 + k * 101 + n)
-    a = rng.uniform(-1, 1, ash(m, k, n)).astype(dtype)
-    b = rng.uniform(-1, 1, bsh(m, k, n)).astype(dtype)
-    keep = a.copy(), b.copy()
-    want = f(a.astype(np.float64), b.astype(np.float64))
-    tol = dict(rtol=1e-10, atol=1e-10) if dtype == "float64" else dict(rtol=1e-5, atol=2e-7 * max(k, 1))
-    for backend in BACKENDS:
-        got = rj.jit(f, backend=backend)(a, b)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got.astype(np.float64), want, **tol)
-    np.testing.assert_array_equal(a, keep[0])
-    np.testing.assert_array_equal(b, keep[1])
+    a, b = _agrees_with_numpy(f, ash, bsh, m, k, n, dtype)
     text = rj.jit(f, backend="llvm").lower(a, b).as_text("optimized")
     assert "views=" in text and "transpose" not in text.split("call_library")[0], text
