@@ -124,7 +124,6 @@ def causal_keep(defs: dict, mask, rows, cols, kind: str) -> bool:
     return True
 
 
-
 @dataclass(frozen=True)
 class KeyPrefix:
     """A mask keeping key ``j`` where ``j < bound`` (``inclusive``: ``j <= bound``);
