@@ -349,6 +349,7 @@ class Jitted:
         # argument counts the fast path takes: every parameter, or all but trailing ones with
         # defaults (those stay Python values, keyed by how many were passed, as in the full path)
         self._fast_arities: frozenset = frozenset()
+        self._fast_names: tuple = ()           # the parameters' names, for keyword arguments
         self._fast_scalars = shapes is None     # explicit: a Python scalar takes its struct's dtype
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
@@ -359,6 +360,7 @@ class Jitted:
                     specs is None or len(specs) == len(ps)):
                 required = sum(p.default is p.empty for p in ps)
                 self._fast_arities = frozenset(range(required, len(ps) + 1))
+                self._fast_names = tuple(p.name for p in ps)
 
     def __reduce__(self):
         """Pickled as the function and its jit options (the compiled entries stay behind):
@@ -449,6 +451,12 @@ class Jitted:
             out = _CALL_HOOK[0](self, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if kwargs and self._fast_names:
+            # keywords naming the parameters right after the positional ones, as the full
+            # path binds them (``inspect.BoundArguments.args``): positional here too
+            names = self._fast_names[len(args):len(args) + len(kwargs)]
+            if len(names) == len(kwargs) and all([n in kwargs for n in names]):
+                args, kwargs = args + tuple([kwargs[n] for n in names]), {}
         if not kwargs and len(args) in self._fast_arities:
             key, arrays = _fast_key(args, self._fast_scalars)
             if key is not None:

@@ -338,6 +338,8 @@ def _ordered(sig, args, kwargs):
             if pos_i < len(args):
                 out[p.name] = args[pos_i]
                 pos_i += 1
+            elif p.kind == p.POSITIONAL_OR_KEYWORD and p.name in kwargs:
+                out[p.name] = kwargs[p.name]     # by keyword after a defaulted one left out
         elif p.kind == p.VAR_KEYWORD:
             out[p.name] = {k: v for k, v in kwargs.items() if k not in names}
         elif p.name in kwargs:
