@@ -422,6 +422,39 @@ def test_keyword_arguments_take_the_fast_path_as_positional_ones():
         j(x, 2.0, scale=3.0)
 
 
+def test_every_way_of_passing_the_arguments_computes_what_python_does():
+    """Every split of a signature's arguments into positional and keyword ones, defaulted
+    ones left out anywhere, with and without static arguments: the jitted function returns
+    what the Python function does, on its first call and from its cache."""
+    import itertools
+
+    def f(a, b, c=None, d=2.0, *, e=1.0, g=None):
+        out = a * b
+        if c is not None:
+            out = out + c
+        out = out * d + e
+        return out if g is None else out - g
+    x = np.arange(1.0, 4.0)
+    vals = {"a": x, "b": 2.0, "c": np.full(3, 0.5), "d": 3.0, "e": -1.0, "g": x * 0.25}
+    order = ["a", "b", "c", "d"]
+    checked = 0
+    for statics in [(), ("d",), ("e",), ("b", "d")]:
+        j = rj.jit(f, static_argnames=statics)
+        for n_pos in range(5):
+            for given in itertools.product([False, True], repeat=4):
+                passed = [n for n, g in zip(["c", "d", "e", "g"], given) if g]
+                pos = order[:n_pos]
+                if any(n not in passed for n in pos[2:]):
+                    continue
+                kw = {n: vals[n] for n in ["a", "b"] + passed if n not in pos}
+                args = [vals[n] for n in pos]
+                want = f(*args, **kw)
+                for _ in range(2):
+                    np.testing.assert_allclose(j(*args, **kw), want, err_msg=f"{statics} {pos} {sorted(kw)}")
+                checked += 1
+    assert checked == 4 * 60          # (c, d positional only where passed)
+
+
 def test_explicit_pytree_signatures_and_numpy_scalars_on_the_fast_path():
     """A signature of structs in a dict and a NumPy scalar argument (a decode step's
     position) take the fast path after the first call, and still reject what breaks the
