@@ -267,6 +267,8 @@ def _fast_key(args: tuple, scalars: bool) -> tuple:
         return None, None
     keys, arrays = [], []
     for a in leaves:
+        if type(a) is int and not -(1 << 63) <= a < (1 << 63):
+            return None, None                   # out of int64's range: the full path says so
         if type(a) in weak:                     # (its type in the key: weak, unlike a 0-d array)
             keys.append(("weak", type(a)))
             arrays.append(np.asarray(a, weak[type(a)]))

@@ -216,6 +216,8 @@ class CallArgs:
             for path, leaf, sp in zip(paths, leaves, spec_leaves):
                 disp, ident = path_name(name, path)
                 kind = leaf_kind(leaf, disp)
+                if kind == "scalar" and sp is None:      # its weak type's dtype holds it exactly
+                    _check_scalar(disp, leaf, dt.WEAK_DEFAULT[type(leaf)])
                 if kind == "tracer":
                     self.has_tracer = True
                 if kind == "struct":

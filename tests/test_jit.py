@@ -368,6 +368,10 @@ def test_python_scalars_on_the_fast_path_keep_their_weak_types():
         np.testing.assert_allclose(got, x * a, rtol=1e-6)
     assert f.cache_info().compiles == 6 and f.cache_info().hits == 4
     assert len(slow) == 6                      # the first call of each type only
+    for big in (2**63, -2**63 - 1, 2**70):     # no int64 holds it: said, not wrapped
+        with pytest.raises(OverflowError, match="argument p: Python int .* out of range for dtype int64"):
+            f(x, big)
+    np.testing.assert_array_equal(f(x, -2**63), x * float(-2**63))
     g = rj.jit(lambda d: d["x"] * d["lr"])
     for lr in (0.5, 2.0, 1e-3):
         np.testing.assert_allclose(g({"x": x, "lr": lr}), x * lr, rtol=1e-6)
