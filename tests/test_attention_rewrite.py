@@ -342,3 +342,21 @@ def test_other_key_masks_are_left_to_the_products(form):
         f = rj.jit(masked, backend=b)
         np.testing.assert_allclose(f(q, k, v, bound), want, rtol=1e-10, atol=1e-12)
         assert "nn.attention" not in f.lower(q, k, v, bound).as_text("optimized")
+
+
+def test_key_length_masks_on_the_cuda_emulator():
+    """The CUDA backend's code for a key-length mask (its key-lengths attention, twice for a
+    finite fill, and the select), run by its CPU emulator: positions before, inside and
+    past the cache, NumPy's numbers."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 3, n, 8)) for n in (1, 20, 20))
+
+    def attention(q, k, v, pos):
+        s = rnp.where(rnp.arange(k.shape[2]) <= pos, q @ rnp.swapaxes(k, -1, -2) * 0.25, -1e9)
+        return nn.softmax(s, axis=-1) @ v
+    f = rj.jit(attention, backend="cuda-emulated")
+    for pos in (-1, 0, 7, 19, 40):
+        want = _masked_reference(q, k, v, 0.25, np.arange(20) <= pos, -1e9)
+        np.testing.assert_allclose(f(q, k, v, np.int32(pos)), want, rtol=1e-10, atol=1e-12)
+    assert f.cache_info().compiles == 1
+    assert '"nn.attention_lengths_f64"' in f.lower(q, k, v, np.int32(0)).as_text("optimized")

@@ -168,3 +168,15 @@ def test_products_read_transposed_operands_in_place(m, k, n, form, dtype):
     a, b = _agrees_with_numpy(f, ash, bsh, m, k, n, dtype)
     text = rj.jit(f, backend="llvm").lower(a, b).as_text("optimized")
     assert "views=" in text and "transpose" not in text.split("call_library")[0], text
+
+
+def test_a_backend_without_strided_operands_copies_the_view():
+    """The CUDA backend (run by its emulator) passes operands as arrays: the view is copied
+    row by row (its own program), the product reads it through the flag, NumPy's numbers."""
+    f, ash, bsh = VIEWS["scores, heads first"]
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal(ash(5, 8, 7)), rng.standard_normal(bsh(5, 8, 7))
+    j = rj.jit(f, backend="cuda-emulated")
+    np.testing.assert_allclose(j(a, b), f(a, b), rtol=1e-12, atol=1e-12)
+    text = j.lower(a, b).as_text("optimized")
+    assert "views=" not in text and "gemm_nt" in text, text
