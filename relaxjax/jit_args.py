@@ -243,10 +243,11 @@ class CallArgs:
         specs = spec_list(jitted.shapes)
         if specs is None:
             return [None] * len(dyn_args)
-        if len(specs) != len(dyn_args):
+        if len(specs) < len(dyn_args):
             raise TypeError(f"{jitted.__name__}: shapes= has {len(specs)} entries for "
                             f"{len(dyn_args)} non-static positional arguments")
-        return specs
+        # (fewer arguments: trailing defaulted parameters left out, their entries unused)
+        return specs[:len(dyn_args)]
 
     def _check_explicit(self, l: Leaf):
         s = l.struct

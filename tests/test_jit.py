@@ -398,6 +398,16 @@ def test_calls_leaving_out_defaulted_arguments_take_the_fast_path():
     assert len(slow) == 3 and j.cache_info().compiles == 3
     with pytest.raises(TypeError, match="missing"):
         j(x)
+    # explicit signatures: the entries of parameters left out go unused
+    S, n = rj.ShapeDtypeStruct, rj.dim("n")
+    e = rj.jit(f, shapes=(S((n,), "float64"), S((), "float64"), S((n,), "float64"), S((), "int64")))
+    for m in (4, 9):
+        y = np.arange(float(m))
+        np.testing.assert_allclose(e(y, 2.0), f(y, 2.0))
+        np.testing.assert_allclose(e(y, 2.0, y), f(y, 2.0, y))
+    assert e.cache_info().compiles == 2
+    with pytest.raises(TypeError, match="expected dtype float64, got float32"):
+        e(y.astype(np.float32), 2.0)
 
 
 def test_keyword_arguments_take_the_fast_path_as_positional_ones():
