@@ -349,20 +349,23 @@ class Jitted:
         # every entry's binder, and bounded (MAX_EXACT_ENTRIES)
         self._exact: OrderedDict = OrderedDict()
         # argument counts the fast path takes: every parameter, or all but trailing ones with
-        # defaults (those stay Python values, keyed by how many were passed, as in the full path)
-        self._fast_arities: frozenset = frozenset()
+        # defaults (those stay Python values, keyed by how many were passed, as in the full
+        # path), or any number from the required ones on with ``*args`` (automatic mode)
+        self._fast_arities: range = range(0)
         self._fast_names: tuple = ()           # the parameters' names, for keyword arguments
         self._fast_scalars = shapes is None     # explicit: a Python scalar takes its struct's dtype
         if self._sig is not None and not self.static_argnums and not names:
             ps = list(self._sig.parameters.values())
             specs = spec_list(shapes)
+            star = bool(ps) and ps[-1].kind == ps[-1].VAR_POSITIONAL and specs is None
+            named = ps[:-1] if star else ps
             # (explicit pytrees of structs too: a call's key on the fast path, its pytree's
             # structure, dtypes and ranks, is one a full call checked against the structs)
-            if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) and (
+            if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in named) and (
                     specs is None or len(specs) == len(ps)):
-                required = sum(p.default is p.empty for p in ps)
-                self._fast_arities = frozenset(range(required, len(ps) + 1))
-                self._fast_names = tuple(p.name for p in ps)
+                required = sum(p.default is p.empty for p in named)
+                self._fast_arities = range(required, (1 << 30) if star else len(ps) + 1)
+                self._fast_names = tuple(p.name for p in named)
 
     def __reduce__(self):
         """Pickled as the function and its jit options (the compiled entries stay behind):

@@ -335,7 +335,8 @@ def _ordered(sig, args, kwargs):
     pos_i = 0
     for p in sig.parameters.values():
         if p.kind == p.VAR_POSITIONAL:
-            out[p.name] = tuple(args[pos_i:])
+            if args[pos_i:]:          # (none: left out, else a defaulted parameter before it
+                out[p.name] = tuple(args[pos_i:])      # left out would make it a keyword)
             pos_i = len(args)
         elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             if pos_i < len(args):

@@ -438,8 +438,9 @@ def test_keyword_arguments_take_the_fast_path_as_positional_ones():
 
 def test_every_way_of_passing_the_arguments_computes_what_python_does():
     """Every split of a signature's arguments into positional and keyword ones, defaulted
-    ones left out anywhere, with and without static arguments: the jitted function returns
-    what the Python function does, on its first call and from its cache."""
+    ones left out anywhere, with and without static arguments, ``*args`` and ``**kwargs``:
+    the jitted function returns what the Python function does, on its first call and from
+    its cache."""
     import itertools
 
     def f(a, b, c=None, d=2.0, *, e=1.0, g=None):
@@ -467,6 +468,36 @@ def test_every_way_of_passing_the_arguments_computes_what_python_does():
                     np.testing.assert_allclose(j(*args, **kw), want, err_msg=f"{statics} {pos} {sorted(kw)}")
                 checked += 1
     assert checked == 4 * 60          # (c, d positional only where passed)
+
+    def h(a, b=2.0, *rest, k=1.0, **extra):
+        return a * b * k + sum(rest) + sum(extra.values())
+    j = rj.jit(h)
+    for n_pos in range(1, 5):                    # a; a, b; a, b and one or two of *rest
+        for kws in itertools.product([False, True], repeat=3):
+            kw = {n: vals for n, vals, g in zip(["b", "k", "z"], [5.0, -2.0, x * 0.5], kws) if g}
+            if n_pos > 1 and "b" in kw:
+                continue
+            args = [x, 3.0, x * 2, x * 4][:n_pos]
+            want = h(*args, **kw)
+            for _ in range(2):
+                np.testing.assert_allclose(j(*args, **kw), want, err_msg=f"{n_pos} {sorted(kw)}")
+
+
+def test_star_args_take_the_fast_path():
+    """A function of ``*arrays`` takes the fast path after the first call with each count
+    (each count is an entry of its own), every count NumPy's sum."""
+    @rj.jit
+    def total(x, *rest):
+        for r in rest:
+            x = x + r
+        return x
+    slow = []
+    full_path = total._call_slow
+    total._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    x = np.arange(3.0)
+    for n in (0, 1, 3, 1, 0, 3):
+        np.testing.assert_allclose(total(x, *[x * (i + 1) for i in range(n)]), x * (1 + n * (n + 1) // 2))
+    assert len(slow) == 3 and total.cache_info().compiles == 3
 
 
 def test_explicit_pytree_signatures_and_numpy_scalars_on_the_fast_path():
