@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
-from helpers import SIZES, SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes, xs
+from helpers import BACKENDS, SIZES, SMALL_SIZES, arrays, assert_same, check, check_reuse, shapes, xs
 
 S = rj.ShapeDtypeStruct
 
@@ -221,7 +221,8 @@ ERRORS = [
     ("neg_out_of_bounds", -8, IndexError),
     ("too_many", (0, 0, 0), IndexError),
     ("two_ellipses", (Ellipsis, Ellipsis), IndexError),
-    ("two_int_arrays", (np.array([0]), np.array([1])), IndexError),      # unsupported, clearly
+    ("two_int_arrays_out_of_bounds", (np.array([0]), np.array([4])), IndexError),
+    ("two_int_arrays_unbroadcastable", (np.array([0, 1]), np.array([0, 1, 2])), IndexError),
     ("mask_with_more", (np.ones(7, bool), 0), IndexError),                # unsupported, clearly
     ("float_index_array", np.array([0.0]), IndexError),
     ("zero_step", slice(None, None, 0), ValueError),
@@ -279,3 +280,74 @@ def test_negative_step_slices_empty_at_small_sizes(sl):
         want = x.copy()
         want[sl] += 1.0
         assert_same(rj.jit(lambda x: x.at[sl].add(1.0))(x), want)
+
+
+@st.composite
+def _several_arrays(draw):
+    """An array shape and an index with two or three integer arrays (broadcasting against
+    each other), ints, full or partial slices and None, as NumPy takes it."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 7]), min_size=2, max_size=4)))
+    idx, arrays, length = [], 0, draw(st.sampled_from([2, 3]))
+    for d in shape:
+        kind = draw(st.sampled_from(["array", "array", "int", "slice", "all"]))
+        if kind == "array" and arrays < 3:
+            n = draw(st.sampled_from([1, length]))
+            idx.append(np.array(draw(st.lists(st.integers(-d, d - 1), min_size=n, max_size=n))))
+            arrays += 1
+        elif kind == "int":
+            idx.append(draw(st.integers(-d, d - 1)))
+        elif kind == "slice":
+            idx.append(slice(draw(st.sampled_from([None, 1, -1])), None, draw(st.sampled_from([None, 2, -1]))))
+        else:
+            idx.append(slice(None))
+    if arrays < 2:
+        idx[0], idx[1] = np.array([0, shape[0] - 1][:length] + [0] * (length - 2)), np.array([-1])
+    if draw(st.booleans()):
+        idx.insert(draw(st.integers(0, len(idx))), None)
+    return shape, tuple(idx)
+
+
+@given(case=_several_arrays(), seed=st.integers(0, 99))
+@settings(max_examples=60, deadline=None)
+def test_several_integer_array_indices_as_numpy(case, seed):
+    """``x[rows, cols]``, ``logits[arange(n), labels]``, arrays beside ints, slices and None,
+    adjacent or not (their result dims in place, else first): NumPy's values and shape on
+    every backend, the index arrays traced; and ``x.at[rows, cols].set/add`` where the
+    other axes are whole, duplicates accumulating as ``np.add.at``."""
+    shape, idx = case
+    x = np.random.default_rng(seed).standard_normal(shape)
+    arrays = [i for i, v in enumerate(idx) if isinstance(v, np.ndarray)]
+
+    def rebuilt(given):
+        it = iter(given)
+        return tuple(next(it) if isinstance(v, np.ndarray) else v for v in idx)
+    want = x[idx]
+    for b in BACKENDS:
+        got = rj.jit(lambda x, *ind: x[rebuilt(ind)], backend=b)(x, *[idx[i] for i in arrays])
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    if any(v is None or (isinstance(v, slice) and v != slice(None)) for v in idx):
+        return
+    added = x.copy()
+    np.add.at(added, idx, 1.5)
+    put = x.copy()
+    put[idx] = -7.0
+    for b in BACKENDS:
+        f = rj.jit(lambda x, *ind: (x.at[rebuilt(ind)].add(1.5), x.at[rebuilt(ind)].set(-7.0)), backend=b)
+        got_add, got_set = f(x, *[idx[i] for i in arrays])
+        np.testing.assert_allclose(got_add, added, rtol=1e-14, atol=1e-14)
+        np.testing.assert_array_equal(got_set, put)
+
+
+def test_several_integer_array_indices_out_of_range_raise():
+    """A component out of its own axis's range is an IndexError, never another element
+    (the merged position would otherwise land in range)."""
+    x = np.arange(12.0).reshape(3, 4)
+    for b in BACKENDS:
+        f = rj.jit(lambda x, r, c: x[r, c], backend=b)
+        np.testing.assert_array_equal(f(x, np.array([0, 2]), np.array([3, -4])), x[[0, 2], [3, -4]])
+        for r, c in (([0, 1], [4, 0]), ([0, 1], [-5, 0]), ([3, 0], [0, 0])):
+            with pytest.raises(IndexError):
+                f(x, np.array(r), np.array(c))
+    with pytest.raises(IndexError, match="several integer-array indices beside slices"):
+        rj.jit(lambda x: x.at[np.array([0]), 1:, np.array([1])].set(0.0))(np.zeros((2, 3, 4)))

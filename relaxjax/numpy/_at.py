@@ -30,9 +30,9 @@ from ..core import Tracer, current_trace
 from ..errors import ShapeError
 from ..shapes import dim_str, prod as dim_prod, wrap_dim
 from ._base import arr, cast, dtype_of, live_bases, shape, user_shape
-from ._indexing import (getitem, is_mask_index, nonzero, parse_index, scalar_first,
-                        scalar_window, take)
-from ._shape_ops import broadcast_to, moveaxis, reshape
+from ._indexing import (getitem, is_mask_index, merged_index, nonzero, parse_index, scalar_first,
+                        scalar_window, several_array_indices, take)
+from ._shape_ops import broadcast_to, moveaxis, reshape, transpose
 from ._ufuncs import clip, where_values
 
 # .at method -> (elementwise combine on the window, scatter mode at an index array)
@@ -104,6 +104,21 @@ def update(x, idx, v, method: str, *, mode=None, numpy_semantics: bool = False):
         return lax.scatter.bind(x, i, row, axis=ax, mode="set", oob=oob)
     if is_mask_index(x, idx):
         return _mask_update(x, idx[0] if isinstance(idx, tuple) else idx, v, method, what)
+    several = several_array_indices(x, idx)
+    if several is not None:             # x[rows, cols] = v: one scatter on the merged axes
+        idx, adv = several
+        if any(j not in adv and not (isinstance(e, slice) and e == slice(None)) for j, e in enumerate(idx)):
+            raise IndexError(f"{what}: several integer-array indices beside slices or None are "
+                             f"not supported in an update; update x[...] in two steps (a slice "
+                             f"of x, then x with it set)")
+        merged, index, perm = merged_index(x, idx, adv, clip=oob == "clip")
+        at = adv[0] if perm is None else 0
+        new = update(merged, (slice(None),) * at + (index,), v, method, mode=mode,
+                     numpy_semantics=numpy_semantics)
+        if perm is None:
+            return reshape(new, user_shape(shape(x)))
+        new = reshape(new, user_shape(tuple(shape(x)[p] for p in perm)))
+        return transpose(new, [perm.index(j) for j in range(len(perm))])
     w = parse_index(x, idx)
     if w.gather is None:
         new = _value(x, v, w.shape, what)

@@ -8,11 +8,11 @@ from .. import dtypes as dt
 from .. import lax
 from ..core import Tracer
 from ..errors import InconclusiveDimensionError
-from ..lax.util import normalize_axis
+from ..lax.util import broadcast_shapes, normalize_axis
 from ..shapes import (SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, is_symbolic, normalize,
                       wrap_dim)
 from ._base import arr, cast, dtype_of, env, shape, view
-from ._shape_ops import moveaxis, ravel, stack
+from ._shape_ops import moveaxis, ravel, reshape, stack, transpose
 from ._ufuncs import not_equal, subtract, where_values
 
 
@@ -178,8 +178,8 @@ def parse_index(a, idx) -> Window:
     else:
         idx = idx + (slice(None),) * (nd - consumed)
     if len(arrays) > 1:
-        raise IndexError("only one integer-array index is supported; use take_along_axis or index "
-                         "in several steps")
+        raise IndexError("only one integer-array index is supported here (several are, in x[...] "
+                         "and in updates whose other axes are whole); index in several steps")
 
     s = shape(a)
     starts, sizes, steps, out_shape = [], [], [], []
@@ -282,9 +282,9 @@ def scalar_first(a, idx):
 
 
 def getitem(a, idx):
-    """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis, one
-    integer-array index (or any number of traced integer scalars, see ``scalar_window``), or
-    one leading boolean mask.  Without an array index the result is a view of ``a``
+    """``a[idx]``: ints, slices (static or symbolic bounds, negative steps), None, Ellipsis,
+    integer-array indices (several: ``merged_index``; or any number of traced integer
+    scalars, see ``scalar_window``), or one leading boolean mask.  Without an array index the result is a view of ``a``
     (writing into it while ``a`` lives is an error)."""
     a = arr(a)
     win = scalar_window(a, idx) if isinstance(a, Tracer) else None
@@ -296,6 +296,12 @@ def getitem(a, idx):
         return getitem(take(a, i, axis=ax), rest)
     if is_mask_index(a, idx):
         return boolean_mask(a, idx if not isinstance(idx, tuple) else idx[0])
+    several = several_array_indices(a, idx)
+    if several is not None:             # the basic part first, then one gather
+        idx, adv = several
+        sliced = getitem(a, tuple(slice(None) if j in adv else v for j, v in enumerate(idx)))
+        merged, index, perm = merged_index(sliced, idx, adv)
+        return getitem(merged, (slice(None),) * (adv[0] if perm is None else 0) + (index,))
     w = parse_index(a, idx)
     out = w.read(a)
     if w.gather is None:
@@ -306,6 +312,73 @@ def getitem(a, idx):
         k = len(shape(ind))
         out = moveaxis(out, list(range(pos, pos + k)), list(range(k)))
     return out
+
+
+def several_array_indices(a, idx):
+    """``(idx, adv)`` for an index with several integer arrays (``x[rows, cols]``,
+    ``logits[arange(n), labels]``): ``idx`` with ``...`` expanded and padded to one entry
+    per axis of ``a[basic part]`` (None a new axis, an indexed axis whole), ``adv`` the
+    positions of the arrays and of the ints beside them (NumPy counts those as 0-d arrays);
+    None for any other index (and for one NumPy rejects: parse_index says why)."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if sum(1 for v in idx if _is_array_index(v)) < 2:
+        return None
+    nd = len(shape(a))
+    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
+    if sum(1 for v in idx if v is Ellipsis) > 1 or consumed > nd or \
+            any(isinstance(v, SymbolicDim) for v in idx):
+        return None
+    if any(v is Ellipsis for v in idx):
+        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
+        idx = idx[:pos] + (slice(None),) * (nd - consumed) + idx[pos + 1:]
+    else:
+        idx = idx + (slice(None),) * (nd - consumed)
+    return idx, [j for j, v in enumerate(idx) if _is_array_index(v) or _is_int_index(v)]
+
+
+def merged_index(a, idx, adv, clip: bool = False):
+    """``(merged, index, perm)`` with ``a[idx] == merged[(slice(None),) * at + (index,)]``
+    where ``a`` has one axis per entry of ``idx`` and ``adv`` (``several_array_indices``)
+    are its indexed axes, ``at`` their first position when adjacent, else 0 (NumPy puts
+    their result dims first): ``merged`` is ``a`` with those axes moved together
+    (``transpose(a, perm)``, ``perm`` None where they already are) and merged into one,
+    ``index`` the row-major position of each indexed element in it.  A component out of
+    its axis's range makes the position out of the merged axis's range, which the gather
+    or scatter reports or drops (no component wraps into another); ``clip``: each
+    component clipped to its axis instead."""
+    inds = []
+    for j in adv:
+        ind = arr(np.int64(idx[j]) if _is_int_index(idx[j]) else idx[j])
+        if not dt.is_int(dtype_of(ind)):
+            raise IndexError(f"arrays used as indices must be of integer (or boolean) type, "
+                             f"got {dtype_of(ind)}")
+        inds.append(cast(ind, np.int64))
+    try:
+        broadcast_shapes(env(), [tuple(shape(i)) for i in inds], "indexing arrays")
+    except ValueError:                  # (ShapeError too): NumPy's IndexError
+        raise IndexError("shape mismatch: indexing arrays could not be broadcast together with shapes " +
+                         " ".join("(" + ", ".join(dim_str(d) for d in shape(i)) + ")" for i in inds)) from None
+    dims = [shape(a)[j] for j in adv]
+    position, bad = None, None
+    for ind, d in zip(inds, dims):
+        n = wrap_dim(d)
+        c = where_values(ind < 0, ind + n, ind)
+        if clip:
+            c = where_values(c < 0, 0, where_values(c >= n, n - 1, c))
+        out = (c < 0) | (c >= n)
+        position = c if position is None else position * n + c
+        bad = out if bad is None else bad | out
+    total = normalize(sympy.Mul(*[sympy.sympify(d) for d in dims]))
+    if not clip:
+        position = where_values(bad, wrap_dim(total), position)
+    k = len(adv)
+    perm = None
+    if adv != list(range(adv[0], adv[0] + k)):
+        perm = adv + [j for j in range(len(idx)) if j not in adv]
+        a = transpose(a, perm)
+    at = adv[0] if perm is None else 0
+    s = shape(a)
+    return reshape(a, tuple(s[:at]) + (wrap_dim(total),) + tuple(s[at + k:])), position, perm
 
 
 def take(a, indices, axis=None):
