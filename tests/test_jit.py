@@ -352,14 +352,25 @@ def test_pytree_arguments_take_the_fast_path_with_the_same_results():
     np.testing.assert_allclose(f(x, {"w": p["w"], "b": [2.0]}), x @ p["w"] + 2, rtol=1e-6)
 
 
+def _full_path_calls(j) -> list:
+    """The calls ``j`` takes through the full path from now on (one list entry each)."""
+    slow = []
+    full_path = j._call_slow
+    j._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    return slow
+
+
+def _scaled(x, scale, bias=None, power=2):
+    y = x * scale
+    return (y if bias is None else y + bias) ** power
+
+
 def test_python_scalars_on_the_fast_path_keep_their_weak_types():
     """Python scalars (a position, a step size; flat or in a pytree) take the fast path
     after the first call, each type weakly typed and keyed apart from the NumPy scalar of
     its default dtype: NumPy's result dtypes, one compile per type, every value."""
     f = rj.jit(lambda x, p: x * p)
-    slow = []
-    full_path = f._call_slow
-    f._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    slow = _full_path_calls(f)
     x = np.arange(1, 4, dtype=np.float32)
     calls = [3, np.int64(3), 2.5, np.float64(2.5), True, 1j, -7, 0.125, False, 2j]
     for a in calls:
@@ -383,13 +394,9 @@ def test_calls_leaving_out_defaulted_arguments_take_the_fast_path():
     """A function with trailing defaulted parameters called without them (``bias=None``)
     takes the fast path after its first call, keyed apart from calls passing them: each
     form gives NumPy's numbers and goes through the full path once."""
-    def f(x, scale, bias=None, power=2):
-        y = x * scale
-        return (y if bias is None else y + bias) ** power
+    f = _scaled
     j = rj.jit(f)
-    slow = []
-    full_path = j._call_slow
-    j._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    slow = _full_path_calls(j)
     x, b = np.arange(1.0, 5.0), np.full(4, 0.5)
     for _ in range(3):
         np.testing.assert_allclose(j(x, 2.0), f(x, 2.0))
@@ -415,13 +422,9 @@ def test_keyword_arguments_take_the_fast_path_as_positional_ones():
     path binds them (positionally: one entry for ``f(x, s)`` and ``f(x, scale=s)``) and take
     the fast path; a keyword after a gap, or one repeating a positional argument, goes
     through the full path (its numbers, its error)."""
-    def f(x, scale, bias=None, power=2):
-        y = x * scale
-        return (y if bias is None else y + bias) ** power
+    f = _scaled
     j = rj.jit(f)
-    slow = []
-    full_path = j._call_slow
-    j._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    slow = _full_path_calls(j)
     x, b = np.arange(1.0, 5.0), np.full(4, 0.5)
     for _ in range(3):
         np.testing.assert_allclose(j(x, scale=2.0), f(x, 2.0))
@@ -456,8 +459,8 @@ def test_every_way_of_passing_the_arguments_computes_what_python_does():
     for statics in [(), ("d",), ("e",), ("b", "d")]:
         j = rj.jit(f, static_argnames=statics)
         for n_pos in range(5):
-            for given in itertools.product([False, True], repeat=4):
-                passed = [n for n, g in zip(["c", "d", "e", "g"], given) if g]
+            for chosen in itertools.product([False, True], repeat=4):
+                passed = [n for n, g in zip(["c", "d", "e", "g"], chosen) if g]
                 pos = order[:n_pos]
                 if any(n not in passed for n in pos[2:]):
                     continue
@@ -491,9 +494,7 @@ def test_star_args_take_the_fast_path():
         for r in rest:
             x = x + r
         return x
-    slow = []
-    full_path = total._call_slow
-    total._call_slow = lambda *a: slow.append(a) or full_path(*a)
+    slow = _full_path_calls(total)
     x = np.arange(3.0)
     for n in (0, 1, 3, 1, 0, 3):
         np.testing.assert_allclose(total(x, *[x * (i + 1) for i in range(n)]), x * (1 + n * (n + 1) // 2))
