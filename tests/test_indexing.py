@@ -341,7 +341,7 @@ def test_several_integer_array_indices_as_numpy(case, seed):
 
 def test_several_integer_array_indices_out_of_range_raise():
     """A component out of its own axis's range is an IndexError, never another element
-    (the merged position would otherwise land in range)."""
+    (the merged position would otherwise land in range); ``.at[]`` drops it (JAX's mode)."""
     x = np.arange(12.0).reshape(3, 4)
     for b in BACKENDS:
         f = rj.jit(lambda x, r, c: x[r, c], backend=b)
@@ -349,5 +349,13 @@ def test_several_integer_array_indices_out_of_range_raise():
         for r, c in (([0, 1], [4, 0]), ([0, 1], [-5, 0]), ([3, 0], [0, 0])):
             with pytest.raises(IndexError):
                 f(x, np.array(r), np.array(c))
+    # constant index arrays: checked when tracing, NumPy's message naming the axis
+    for (r, c), msg in ((([0, 1], [4, 0]), "index 4 is out of bounds for axis 1"),
+                        (([0, 3], [0, 0]), "index 3 is out of bounds for axis 0"),
+                        (([0], [-5]), "index -5 is out of bounds for axis 1")):
+        with pytest.raises(IndexError, match=msg):
+            rj.jit(lambda x: x[np.array(r), np.array(c)])(x)
+    dropped = rj.jit(lambda x: x.at[np.array([0, 5]), np.array([1, 1])].set(-1.0))(x)
+    np.testing.assert_array_equal(dropped, np.where(np.arange(12).reshape(3, 4) == 1, -1.0, x))
     with pytest.raises(IndexError, match="several integer-array indices beside slices"):
         rj.jit(lambda x: x.at[np.array([0]), 1:, np.array([1])].set(0.0))(np.zeros((2, 3, 4)))

@@ -111,7 +111,7 @@ def update(x, idx, v, method: str, *, mode=None, numpy_semantics: bool = False):
             raise IndexError(f"{what}: several integer-array indices beside slices or None are "
                              f"not supported in an update; update x[...] in two steps (a slice "
                              f"of x, then x with it set)")
-        merged, index, perm = merged_index(x, idx, adv, clip=oob == "clip")
+        merged, index, perm = merged_index(x, idx, adv, clip=oob == "clip", check=oob == "error")
         at = adv[0] if perm is None else 0
         new = update(merged, (slice(None),) * at + (index,), v, method, mode=mode,
                      numpy_semantics=numpy_semantics)

@@ -336,7 +336,7 @@ def several_array_indices(a, idx):
     return idx, [j for j, v in enumerate(idx) if _is_array_index(v) or _is_int_index(v)]
 
 
-def merged_index(a, idx, adv, clip: bool = False):
+def merged_index(a, idx, adv, clip: bool = False, check: bool = True):
     """``(merged, index, perm)`` with ``a[idx] == merged[(slice(None),) * at + (index,)]``
     where ``a`` has one axis per entry of ``idx`` and ``adv`` (``several_array_indices``)
     are its indexed axes, ``at`` their first position when adjacent, else 0 (NumPy puts
@@ -345,9 +345,19 @@ def merged_index(a, idx, adv, clip: bool = False):
     ``index`` the row-major position of each indexed element in it.  A component out of
     its axis's range makes the position out of the merged axis's range, which the gather
     or scatter reports or drops (no component wraps into another); ``clip``: each
-    component clipped to its axis instead."""
+    component clipped to its axis instead.  ``check``: a constant component out of range is
+    NumPy's IndexError now, naming its axis."""
     inds = []
     for j in adv:
+        d, v = shape(a)[j], idx[j]
+        if check and isinstance(v, (np.ndarray, list, int, np.integer)) and np.size(v):
+            # decided as parse_index decides an int's range (a guard on a symbolic size)
+            lo, hi = int(np.min(v)), int(np.max(v))
+            axis = sum(1 for e in idx[:j] if e is not None)
+            what = f"index on axis {axis} of size {dim_str(d)}"
+            for i, ok in ((hi, env().decide("<", hi, d, what)), (lo, env().decide(">=", lo + d, 0, what))):
+                if not ok:
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {dim_str(d)}")
         ind = arr(np.int64(idx[j]) if _is_int_index(idx[j]) else idx[j])
         if not dt.is_int(dtype_of(ind)):
             raise IndexError(f"arrays used as indices must be of integer (or boolean) type, "
