@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
@@ -69,6 +69,7 @@ def check(name: str, got, instances) -> None:
        scatter=st.booleans(), sizes=st.lists(st.integers(1, 12), min_size=1, max_size=40),
        seed=st.integers(0, 2 ** 16))
 @settings(max_examples=30, deadline=None)
+@example(name="lattice", policy="agenda", layout=False, scatter=False, sizes=[11, 8], seed=0)
 def test_workloads_match_per_instance(name, policy, layout, scatter, sizes, seed):
     instances = draw(name, np.random.default_rng(seed), sizes)
     b = batched(name, policy, layout, scatter)
@@ -78,17 +79,21 @@ def test_workloads_match_per_instance(name, policy, layout, scatter, sizes, seed
     after = b.stats()
     nodes = sum(W[name].count_nodes(x) for x in instances)
     assert after["nodes"] - before["nodes"] == nodes
-    # batching merges instances: at least as many batches as any instance alone needs and at
-    # most their sum (the depth policy launches one batch per cell kind and level that some
-    # instance has; agenda and fsm held both bounds over 300 random draws of up to 40
-    # instances), while running the nodes one by one would launch ``nodes`` batches
+    # batching merges instances: the depth policy launches one batch per cell kind and level
+    # that some instance has, so at least as many as any instance alone and at most their
+    # sum; agenda and fsm choose greedily, and together can need fewer batches than one
+    # instance alone (lattice, agenda, sizes [11, 8], seed 0: 12 against 13), so they stay
+    # under one batch per cell and node of the largest instance; running the nodes one by
+    # one would launch ``nodes`` batches
     batches = after["batches"] - before["batches"]
-    alone = []
-    for x in instances:
-        start = b.stats()["batches"]
-        check(name, b([x]), [x])
-        alone.append(b.stats()["batches"] - start)
-    assert max(alone) <= batches <= sum(alone)
+    assert 1 <= batches <= len(W[name].cells) * max(W[name].count_nodes(x) for x in instances)
+    if policy == "depth":
+        alone = []
+        for x in instances:
+            start = b.stats()["batches"]
+            check(name, b([x]), [x])
+            alone.append(b.stats()["batches"] - start)
+        assert max(alone) <= batches <= sum(alone)
     if len(instances) > 1:      # every instance's first node is the same cell, ready at once
         assert batches < nodes
     assert after["compiles"] == before["compiles"]         # one per cell, whatever the instances
