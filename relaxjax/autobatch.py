@@ -110,7 +110,7 @@ class AutoBatched:
         self._sigs: dict = {}                 # result signatures, one object per value
         self._labels: set = set()
         self._cells: dict = {}                # (kind, in_axes) -> BatchedCell
-        self._stats = dict.fromkeys(("instances", "nodes", "batches", "gather_bytes", "host_gather_bytes",
+        self._stats = dict.fromkeys(("instances", "nodes", "batches", "levels", "gather_bytes", "host_gather_bytes",
                                      "arena_bytes", "operands_sliced", "operands_gathered", "operands_indexed",
                                      "rounds"), 0)
         self._stats.update(record_s=0.0, plan_s=0.0, run_s=0.0)
@@ -213,6 +213,8 @@ class AutoBatched:
 
     def stats(self) -> dict:
         """Totals over the calls so far: instances; nodes recorded; batches launched;
+        ``levels``, the longest chain of dependent calls in each flush, summed (no policy can
+        launch fewer batches: a call runs after the batch computing its input);
         ``gather_bytes``, bytes copied to build batch operands, on the host
         (``host_gather_bytes``: arrays passed to cells stacked, products' operands taken) or
         by a batched cell's program (``operands_gathered`` operands were copied;

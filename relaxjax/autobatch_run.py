@@ -343,6 +343,8 @@ class _Run:
         s = owner._stats
         s["nodes"] += len(nodes)
         s["batches"] += len(batches)
+        # a node's depth counts the pending calls it waits on: the longest chain in this flush
+        s["levels"] += max([n.depth for n in nodes], default=0)
         return batches
 
 

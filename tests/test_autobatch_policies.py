@@ -83,10 +83,12 @@ def test_workloads_match_per_instance(name, policy, layout, scatter, sizes, seed
     # that some instance has, so at least as many as any instance alone and at most their
     # sum; agenda and fsm choose greedily, and together can need fewer batches than one
     # instance alone (lattice, agenda, sizes [11, 8], seed 0: 12 against 13), so they stay
-    # under one batch per cell and node of the largest instance; running the nodes one by
-    # one would launch ``nodes`` batches
+    # under one batch per cell and node of the largest instance; every policy launches at
+    # least one batch per call on the longest chain of dependent calls (``levels``); running
+    # the nodes one by one would launch ``nodes`` batches
     batches = after["batches"] - before["batches"]
-    assert 1 <= batches <= len(W[name].cells) * max(W[name].count_nodes(x) for x in instances)
+    levels = after["levels"] - before["levels"]
+    assert 1 <= levels <= batches <= len(W[name].cells) * max(W[name].count_nodes(x) for x in instances)
     if policy == "depth":
         alone = []
         for x in instances:
