@@ -10,10 +10,10 @@ from ..core import Tracer
 from ..errors import InconclusiveDimensionError
 from ..lax.util import broadcast_shapes, normalize_axis
 from ..shapes import (SymbolicDim, as_dim, dim_str, dmax, dmin, floordiv, is_symbolic, normalize,
-                      wrap_dim)
+                      prod, wrap_dim)
 from ._base import arr, cast, dtype_of, env, shape, view
 from ._shape_ops import moveaxis, ravel, reshape, stack, transpose
-from ._ufuncs import not_equal, subtract, where_values
+from ._ufuncs import clip as clip_values, not_equal, subtract, where_values
 
 
 def _index_bound(v, d, step_positive: bool, what: str):
@@ -159,24 +159,27 @@ def is_mask_index(a, idx) -> bool:
     return False
 
 
+def _expanded(idx: tuple, nd: int) -> tuple:
+    """``idx`` with ``...`` expanded and whole slices padded to index ``nd`` axes; NumPy's
+    IndexError for two ellipses or too many indices."""
+    if sum(1 for v in idx if v is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
+    if consumed > nd:
+        raise IndexError(f"too many indices for array: array is {nd}-dimensional, "
+                         f"but {consumed} were indexed")
+    if any(v is Ellipsis for v in idx):
+        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
+        return idx[:pos] + (slice(None),) * (nd - consumed) + idx[pos + 1:]
+    return idx + (slice(None),) * (nd - consumed)
+
+
 def parse_index(a, idx) -> Window:
     """``idx`` (not a boolean mask) against ``a``'s shape."""
     if not isinstance(idx, tuple):
         idx = (idx,)
     arrays = [i for i, v in enumerate(idx) if _is_array_index(v)]
-    n_ell = sum(1 for v in idx if v is Ellipsis)
-    if n_ell > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
-    nd = len(shape(a))
-    if consumed > nd:
-        raise IndexError(f"too many indices for array: array is {nd}-dimensional, "
-                         f"but {consumed} were indexed")
-    if n_ell:
-        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
-        idx = idx[:pos] + (slice(None),) * (nd - consumed) + idx[pos + 1:]
-    else:
-        idx = idx + (slice(None),) * (nd - consumed)
+    idx = _expanded(idx, len(shape(a)))
     if len(arrays) > 1:
         raise IndexError("only one integer-array index is supported here (several are, in x[...] "
                          "and in updates whose other axes are whole); index in several steps")
@@ -319,20 +322,11 @@ def several_array_indices(a, idx):
     ``logits[arange(n), labels]``): ``idx`` with ``...`` expanded and padded to one entry
     per axis of ``a[basic part]`` (None a new axis, an indexed axis whole), ``adv`` the
     positions of the arrays and of the ints beside them (NumPy counts those as 0-d arrays);
-    None for any other index (and for one NumPy rejects: parse_index says why)."""
+    None for any other index."""
     idx = idx if isinstance(idx, tuple) else (idx,)
-    if sum(1 for v in idx if _is_array_index(v)) < 2:
+    if sum(1 for v in idx if _is_array_index(v)) < 2 or any(isinstance(v, SymbolicDim) for v in idx):
         return None
-    nd = len(shape(a))
-    consumed = sum(1 for v in idx if v is not None and v is not Ellipsis)
-    if sum(1 for v in idx if v is Ellipsis) > 1 or consumed > nd or \
-            any(isinstance(v, SymbolicDim) for v in idx):
-        return None
-    if any(v is Ellipsis for v in idx):
-        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
-        idx = idx[:pos] + (slice(None),) * (nd - consumed) + idx[pos + 1:]
-    else:
-        idx = idx + (slice(None),) * (nd - consumed)
+    idx = _expanded(idx, len(shape(a)))
     return idx, [j for j, v in enumerate(idx) if _is_array_index(v) or _is_int_index(v)]
 
 
@@ -374,11 +368,11 @@ def merged_index(a, idx, adv, clip: bool = False, check: bool = True):
         n = wrap_dim(d)
         c = where_values(ind < 0, ind + n, ind)
         if clip:
-            c = where_values(c < 0, 0, where_values(c >= n, n - 1, c))
+            c = clip_values(c, 0, n - 1)
         out = (c < 0) | (c >= n)
         position = c if position is None else position * n + c
         bad = out if bad is None else bad | out
-    total = normalize(sympy.Mul(*[sympy.sympify(d) for d in dims]))
+    total = prod(dims)
     if not clip:
         position = where_values(bad, wrap_dim(total), position)
     k = len(adv)
