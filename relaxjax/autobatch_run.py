@@ -302,7 +302,8 @@ class _Run:
     def _plan(self, nodes: list, starts: list | None = None) -> list:
         owner = self.owner
         type_of, labels, kinds, axes = self._types(nodes, starts or [0])
-        g = Graph(type_of, [n.depth for n in nodes], [n.ins for n in nodes], labels, 1 + max([k.arity for k in kinds]))
+        depths = [n.depth for n in nodes]
+        g = Graph(type_of, depths, [n.ins for n in nodes], labels, 1 + max([k.arity for k in kinds]))
         if owner.policy == "depth":
             order = schedule_depth(g)
         elif owner.policy == "agenda":
@@ -344,7 +345,7 @@ class _Run:
         s["nodes"] += len(nodes)
         s["batches"] += len(batches)
         # a node's depth counts the pending calls it waits on: the longest chain in this flush
-        s["levels"] += max([n.depth for n in nodes], default=0)
+        s["levels"] += max(depths, default=0)
         return batches
 
 
