@@ -3,7 +3,7 @@ solve, inv, det, cholesky, qr, eigh, eigvalsh, svd, svdvals (library calls) and 
 and "nuc" from singular values), with symbolic and batched shapes."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import relaxjax as rj
 import relaxjax.numpy as rnp
@@ -97,6 +97,8 @@ def test_cholesky(upper, batch, n, dtype, seed):
 
 @settings(max_examples=10)
 @given(batch=BATCH, m=SIZES, n=SIZES, dtype=DTYPES, seed=st.integers(0, 2**16))
+# a reflector's leading element zero up to rounding: NumPy's sign only by NumPy's algorithm
+@example(batch=(2,), m=3, n=2, dtype="int64", seed=4566)
 def test_qr(batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = rng.uniform(-3, 3, batch + (m, n))

@@ -6,8 +6,8 @@ the LAPACK routines that SciPy exports (``scipy.linalg.cython_lapack``: Fortran 
 ints, every argument by pointer).  LAPACK is column-major and relaxjax row-major: a
 row-major matrix is its transpose in column-major order, which the functions use instead of
 copying (``inv`` and ``det`` factor A^T; ``solve`` solves with A^T's LU and ``trans="T"``;
-``cholesky`` asks for the upper factor of A^T, i.e. the lower factor of A; ``qr`` is the LQ
-factorization of A^T, whose L^T is R and whose Q^T is Q).  The module is compiled once per
+``cholesky`` asks for the upper factor of A^T, i.e. the lower factor of A; ``qr`` copies A
+column-major, as NumPy does, for NumPy's reflectors).  The module is compiled once per
 process (llvmlite, O3) on first use; the functions run without the GIL.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .codegen import _Fn as codegen_Fn
 from .engine import compile_llvm
 
 LAPACK = {   # routine -> number of (pointer) arguments
-    "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgelqf": 8, "dorglq": 9,
+    "dgetrf": 6, "dgetrs": 9, "dgetri": 7, "dpotrf": 5, "dgeqrf": 8, "dorgqr": 9,
     "zgetrf": 6, "zgetrs": 9, "zgetri": 7,
 }
 WORK_PER_ROW = 64       # workspace (doubles) per matrix row: room for LAPACK's blocked code
@@ -298,10 +298,10 @@ def _cholesky(int_bits: int) -> str:
 
 
 def _qr(int_bits: int) -> str:
-    """a: (..., m, n) -> q: (..., m, k), r: (..., k, n), k = min(m, n) (reduced QR).
-    Row-major A is column-major A^T (n x m); its LQ factorization A^T = L Q' gives R = L^T
-    (the first k columns of the factored matrix, read row-major) and Q = Q'^T (orglq's
-    k x m result)."""
+    """a: (..., m, n) -> q: (..., m, k), r: (..., k, n), k = min(m, n) (reduced QR), as
+    NumPy computes it: ``dgeqrf`` and ``dorgqr`` on A copied column-major (an LQ of the
+    row-major A^T, which needs no copy, is the same factorization in exact arithmetic, but a
+    reflector whose leading element is zero up to rounding then took the other sign)."""
     f = _Fn("rj_linalg_qr", int_bits)
     a, q, r = f.data(0), f.data(1), f.data(2)
     B, m, n = f.last2(0)
@@ -312,33 +312,34 @@ def _qr(int_bits: int) -> str:
     lwork = f.mul(f.max1(f.v("i64", f"call i64 @llvm.smax.i64(i64 {m}, i64 {n})")), str(WORK_PER_ROW))
     work = f.malloc(f.mul(lwork, "8"))
     pm, pn, pk = f.lint(m), f.lint(n), f.lint(k)
-    ldn, ldk, pl, info = f.lint(f.max1(n)), f.lint(f.max1(k)), f.lint(lwork), f.alloca(f.lint_ty)
+    ldm, pl, info = f.lint(f.max1(m)), f.lint(lwork), f.alloca(f.lint_ty)
     cleanup = _free(f, w, tau, work)
 
     def body(i):
-        f.memcpy(w, f.at(a, f.mul(i, mn)), mn)
-        f.lapack("dgelqf", pn, pm, w, ldn, tau, work, pl, info)
-        f.check_info(info, cleanup)
-        rb, qb = f.at(r, f.mul(i, kn)), f.at(q, f.mul(i, mk))
+        ab, rb, qb = f.at(a, f.mul(i, mn)), f.at(r, f.mul(i, kn)), f.at(q, f.mul(i, mk))
 
-        def rcol(j):            # R[j, :] = L[:, j] with L[ii, j] = 0 above the diagonal
-            def elem(ii):
-                off = f.v("i64", f"add i64 {f.mul(j, n)}, {ii}")
-                x = f.v("double", f"load double, ptr {f.at(w, off)}")
-                below = f.v("i1", f"icmp sge i64 {ii}, {j}")
-                f.emit(f"store double {f.v('double', f'select i1 {below}, double {x}, double 0.0')}, "
-                       f"ptr {f.at(rb, off)}")
-            f.loop(n, elem)
-        f.loop(k, rcol)
+        def copy(rows: str, cols: str, src: str, src_at, dst: str, dst_at, keep=None):
+            def row(ii):
+                def elem(j):
+                    x = f.v("double", f"load double, ptr {f.at(src, src_at(ii, j))}")
+                    if keep is not None:
+                        x = f.v("double", f"select i1 {keep(ii, j)}, double {x}, double 0.0")
+                    f.emit(f"store double {x}, ptr {f.at(dst, dst_at(ii, j))}")
+                f.loop(cols, elem)
+            f.loop(rows, row)
 
-        def qcol(c):            # the first k rows of the factored n x m matrix, ld k
-            def elem(ii):
-                x = f.v("double", f"load double, ptr {f.at(w, f.v('i64', f'add i64 {f.mul(c, n)}, {ii}'))}")
-                f.emit(f"store double {x}, ptr {f.at(qb, f.v('i64', f'add i64 {f.mul(c, k)}, {ii}'))}")
-            f.loop(k, elem)
-        f.loop(m, qcol)
-        f.lapack("dorglq", pk, pm, pk, qb, ldk, tau, work, pl, info)
+        def cm(ii, j):          # element (ii, j) of a column-major matrix of m rows
+            return f.v("i64", f"add i64 {f.mul(j, m)}, {ii}")
+
+        def rm(width):          # element (ii, j) of a row-major matrix ``width`` wide
+            return lambda ii, j: f.v("i64", f"add i64 {f.mul(ii, width)}, {j}")
+        copy(m, n, ab, rm(n), w, cm)
+        f.lapack("dgeqrf", pm, pn, w, ldm, tau, work, pl, info)
         f.check_info(info, cleanup)
+        copy(k, n, w, cm, rb, rm(n), keep=lambda ii, j: f.v("i1", f"icmp sle i64 {ii}, {j}"))
+        f.lapack("dorgqr", pm, pk, pk, w, ldm, tau, work, pl, info)
+        f.check_info(info, cleanup)
+        copy(m, k, w, cm, qb, rm(k))
     f.loop(B, body)
     cleanup()
     f.emit("ret i32 0")
